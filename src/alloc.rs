@@ -1,0 +1,134 @@
+//! The allocation API every front end shares (`GlobalAlloc` and the C
+//! functions): routes a request to a size class or to a large block, and a
+//! pointer to its slab or its large-block entry.
+
+use core::ptr;
+
+use crate::large::{self, Freed};
+use crate::os;
+use crate::segment;
+use crate::size_class::{class_for, class_of, CLASS_BYTES, MAX_SMALL_BYTES};
+use crate::thread_heap;
+
+/// `malloc(size)`: 16-byte aligned from 16 bytes up, 8-byte below.
+#[cfg_attr(not(feature = "override"), allow(dead_code))]
+#[inline(always)]
+pub fn malloc(size: usize) -> *mut u8 {
+    if size <= MAX_SMALL_BYTES {
+        thread_heap::alloc(class_of(size))
+    } else {
+        large::alloc(size, 16, false)
+    }
+}
+
+/// Allocation with any power-of-two alignment.
+#[inline(always)]
+pub fn alloc(size: usize, align: usize) -> *mut u8 {
+    match class_for(size, align) {
+        Some(class) => thread_heap::alloc(class),
+        None => large::alloc(size, align, false),
+    }
+}
+
+/// Zeroed allocation. Large blocks fresh from mmap are not cleared again.
+pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+    match class_for(size, align) {
+        Some(class) => {
+            let p = thread_heap::alloc(class);
+            if !p.is_null() {
+                // SAFETY: `p` holds at least `size` bytes.
+                unsafe { ptr::write_bytes(p, 0, size) };
+            }
+            p
+        }
+        None => large::alloc(size, align, true),
+    }
+}
+
+/// Frees any pointer; stops the process with a message naming the misuse if
+/// `p` is not the start of a live block of ours.
+///
+/// # Safety
+/// `p` is not null and no other thread uses the block afterwards.
+#[inline(always)]
+pub unsafe fn free(p: *mut u8) {
+    if segment::contains(p) {
+        // SAFETY: `p` is inside a mapped segment.
+        unsafe { thread_heap::free(p) }
+    } else {
+        free_large(p)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn free_large(p: *mut u8) {
+    match large::free(p) {
+        Freed::Ok => {}
+        Freed::DoubleFree => os::fatal("double free of a large block", p as usize),
+        Freed::NotOurs => os::fatal(
+            "free of an invalid pointer (not allocated by slubmalloc)",
+            p as usize,
+        ),
+    }
+}
+
+/// The bytes usable at `p`.
+///
+/// # Safety
+/// `p` is not null.
+pub unsafe fn usable_size(p: *mut u8) -> usize {
+    if segment::contains(p) {
+        // SAFETY: `p` is inside a mapped segment.
+        unsafe { thread_heap::usable_size(p) }
+    } else {
+        match large::usable_size(p) {
+            Some(n) => n,
+            None => os::fatal("malloc_usable_size of an invalid pointer", p as usize),
+        }
+    }
+}
+
+/// Resizes `p` to `new_size` bytes at `align`: in place when the size class
+/// stays the same, with mremap for large blocks, else allocate-copy-free.
+/// Null (errno ENOMEM) leaves `p` intact.
+///
+/// # Safety
+/// `p` is a live block of ours allocated with alignment `align`.
+pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
+    let old_size = if segment::contains(p) {
+        // SAFETY: `p` is inside a mapped segment.
+        let class = unsafe { thread_heap::class_of_ptr(p) };
+        if class_for(new_size, align) == Some(class) {
+            return p;
+        }
+        CLASS_BYTES[class] as usize
+    } else {
+        if align <= os::PAGE_BYTES {
+            if let Some(q) = large::realloc(p, new_size) {
+                return q;
+            }
+        }
+        match large::usable_size(p) {
+            Some(n) => n,
+            None => os::fatal("realloc of an invalid pointer", p as usize),
+        }
+    };
+    let q = alloc(new_size, align);
+    if !q.is_null() {
+        // SAFETY: both blocks are live and at least the copied length.
+        unsafe {
+            ptr::copy_nonoverlapping(p, q, old_size.min(new_size));
+            free(p);
+        }
+    }
+    q
+}
+
+/// Gives back all the memory we can: the calling thread's slabs go to the
+/// node lists, free slabs and cached large blocks to the kernel.
+pub fn trim() {
+    thread_heap::flush_current();
+    segment::purge_now();
+    large::purge_cache();
+}

@@ -1,0 +1,231 @@
+//! The C malloc family, exported when the `override` feature is on, so that
+//! `LD_PRELOAD=libslubmalloc.so` serves every heap allocation of a process,
+//! including glibc's own internal `__libc_*` calls. Semantics follow glibc:
+//! NULL with errno ENOMEM for impossible sizes, EINVAL from posix_memalign,
+//! `free` keeps errno, `realloc(p, 0)` frees and returns NULL.
+
+use core::ffi::{c_int, c_void};
+use core::ptr;
+
+use crate::alloc;
+use crate::os::{self, PAGE_BYTES};
+
+const MIN_ALIGN: usize = 16;
+
+#[inline(always)]
+fn out(p: *mut u8) -> *mut c_void {
+    p.cast()
+}
+
+#[no_mangle]
+pub extern "C" fn malloc(size: usize) -> *mut c_void {
+    out(alloc::malloc(size))
+}
+
+/// # Safety
+/// `p` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    if !p.is_null() {
+        // SAFETY: per the contract.
+        unsafe { alloc::free(p.cast()) }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        Some(bytes) => out(alloc::alloc_zeroed(bytes, MIN_ALIGN)),
+        None => {
+            os::set_enomem();
+            ptr::null_mut()
+        }
+    }
+}
+
+/// # Safety
+/// `p` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if p.is_null() {
+        return malloc(size);
+    }
+    if size == 0 {
+        // glibc: realloc(p, 0) frees p and returns NULL.
+        // SAFETY: per the contract.
+        unsafe { free(p) };
+        return ptr::null_mut();
+    }
+    // SAFETY: per the contract; C blocks carry at most MIN_ALIGN implicitly.
+    out(unsafe { alloc::realloc(p.cast(), MIN_ALIGN, size) })
+}
+
+/// # Safety
+/// As for `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: per the contract.
+        Some(bytes) => unsafe { realloc(p, bytes) },
+        None => {
+            os::set_enomem();
+            ptr::null_mut()
+        }
+    }
+}
+
+fn aligned(align: usize, size: usize) -> *mut u8 {
+    alloc::alloc(size, align.max(MIN_ALIGN))
+}
+
+/// # Safety
+/// `out_p` is a valid pointer to write the result to.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(
+    out_p: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> c_int {
+    if !align.is_power_of_two() || align % core::mem::size_of::<*mut c_void>() != 0 {
+        return libc::EINVAL;
+    }
+    let _keep = os::ErrnoGuard::save();
+    let p = aligned(align, size);
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: per the contract.
+    unsafe { *out_p = p.cast() };
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return ptr::null_mut();
+    }
+    out(aligned(align, size))
+}
+
+#[no_mangle]
+pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // glibc rounds an alignment that is not a power of two up to one.
+    let Some(align) = align.checked_next_power_of_two() else {
+        os::set_enomem();
+        return ptr::null_mut();
+    };
+    out(aligned(align, size))
+}
+
+#[no_mangle]
+pub extern "C" fn valloc(size: usize) -> *mut c_void {
+    out(aligned(PAGE_BYTES, size))
+}
+
+#[no_mangle]
+pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    let Some(rounded) = size.checked_add(PAGE_BYTES - 1) else {
+        os::set_enomem();
+        return ptr::null_mut();
+    };
+    out(aligned(
+        PAGE_BYTES,
+        (rounded & !(PAGE_BYTES - 1)).max(PAGE_BYTES),
+    ))
+}
+
+/// # Safety
+/// `p` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: per the contract.
+    unsafe { alloc::usable_size(p.cast()) }
+}
+
+/// # Safety
+/// As for `free`.
+#[no_mangle]
+pub unsafe extern "C" fn cfree(p: *mut c_void) {
+    // SAFETY: per the contract.
+    unsafe { free(p) }
+}
+
+#[no_mangle]
+pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
+    let before = crate::stats::global()
+        .purges
+        .load(core::sync::atomic::Ordering::Relaxed)
+        + crate::stats::global()
+            .mmaps
+            .load(core::sync::atomic::Ordering::Relaxed);
+    alloc::trim();
+    let after = crate::stats::global()
+        .purges
+        .load(core::sync::atomic::Ordering::Relaxed);
+    (after > before) as c_int
+}
+
+#[no_mangle]
+pub extern "C" fn malloc_stats() {
+    crate::report::write_report(crate::options::StatsMode::Text);
+}
+
+// glibc's internal entry points, so that no block crosses two allocators.
+
+#[no_mangle]
+pub extern "C" fn __libc_malloc(size: usize) -> *mut c_void {
+    malloc(size)
+}
+
+/// # Safety
+/// As for `free`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_free(p: *mut c_void) {
+    // SAFETY: per the contract.
+    unsafe { free(p) }
+}
+
+#[no_mangle]
+pub extern "C" fn __libc_calloc(n: usize, size: usize) -> *mut c_void {
+    calloc(n, size)
+}
+
+/// # Safety
+/// As for `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: per the contract.
+    unsafe { realloc(p, size) }
+}
+
+#[no_mangle]
+pub extern "C" fn __libc_memalign(align: usize, size: usize) -> *mut c_void {
+    memalign(align, size)
+}
+
+#[no_mangle]
+pub extern "C" fn __libc_valloc(size: usize) -> *mut c_void {
+    valloc(size)
+}
+
+#[no_mangle]
+pub extern "C" fn __libc_pvalloc(size: usize) -> *mut c_void {
+    pvalloc(size)
+}
+
+/// # Safety
+/// As for `posix_memalign`.
+#[no_mangle]
+pub unsafe extern "C" fn __posix_memalign(
+    out_p: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> c_int {
+    // SAFETY: per the contract.
+    unsafe { posix_memalign(out_p, align, size) }
+}

@@ -1,0 +1,101 @@
+//! Formatting without allocating: a fixed stack buffer, and a `fmt::Write`
+//! sink that flushes to a file descriptor whenever its buffer fills.
+
+use core::fmt;
+
+/// A fixed-capacity byte buffer; text past the capacity is dropped.
+pub struct FixedBuf<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> FixedBuf<N> {
+    pub const fn new() -> Self {
+        FixedBuf {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    pub fn push_str(&mut self, s: &str) {
+        let n = s.len().min(N - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+    }
+
+    pub fn push_hex(&mut self, v: u64) {
+        let mut digits = [0u8; 16];
+        let mut n = 0;
+        let mut x = v;
+        loop {
+            digits[n] = b"0123456789abcdef"[(x & 15) as usize];
+            n += 1;
+            x >>= 4;
+            if x == 0 {
+                break;
+            }
+        }
+        while n > 0 {
+            n -= 1;
+            if self.len < N {
+                self.buf[self.len] = digits[n];
+                self.len += 1;
+            }
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl<const N: usize> fmt::Write for FixedBuf<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+}
+
+/// A `fmt::Write` that writes to `fd` through a 4 KiB stack buffer.
+pub struct FdWriter {
+    fd: i32,
+    buf: [u8; 4096],
+    len: usize,
+}
+
+impl FdWriter {
+    pub fn new(fd: i32) -> Self {
+        FdWriter {
+            fd,
+            buf: [0; 4096],
+            len: 0,
+        }
+    }
+
+    pub fn flush(&mut self) {
+        crate::os::write_all(self.fd, &self.buf[..self.len]);
+        self.len = 0;
+    }
+}
+
+impl fmt::Write for FdWriter {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut bytes = s.as_bytes();
+        while !bytes.is_empty() {
+            if self.len == self.buf.len() {
+                self.flush();
+            }
+            let n = bytes.len().min(self.buf.len() - self.len);
+            self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+            self.len += n;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FdWriter {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}

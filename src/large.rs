@@ -1,0 +1,331 @@
+//! Large blocks (above the largest size class): each in its own mapping,
+//! found on free through an open-addressing table keyed by address, so a
+//! pointer we never handed out is recognised, not followed. Freed mappings
+//! are kept in a small bounded cache, so a loop of big malloc/free does not
+//! call mmap every time; growth and shrinking use mremap.
+
+use core::ptr;
+
+use crate::os::{self, PAGE_BYTES};
+use crate::sync::{Lock, Locked, Ordering};
+
+/// Cached mappings: at most this many, this many bytes in all, each no larger
+/// than `CACHE_MAX_BLOCK`.
+const CACHE_SLOTS: usize = 8;
+const CACHE_MAX_BYTES: usize = 64 << 20;
+const CACHE_MAX_BLOCK: usize = 16 << 20;
+/// Recently freed addresses, to name a second free "double free".
+const FREED_RING: usize = 64;
+
+const EMPTY: usize = 0;
+const TOMBSTONE: usize = 1;
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Entry {
+    /// The block's address (EMPTY / TOMBSTONE for unused slots).
+    ptr: usize,
+    /// The mapping that holds it.
+    base: usize,
+    len: usize,
+}
+
+struct Table {
+    slots: *mut Entry,
+    /// Capacity, a power of two (0 before the first block).
+    cap: usize,
+    /// Live entries plus tombstones.
+    used: usize,
+    cache: [(usize, usize); CACHE_SLOTS],
+    cached_bytes: usize,
+    freed: [usize; FREED_RING],
+    freed_next: usize,
+}
+
+// SAFETY: the table is reached only under its lock.
+unsafe impl Send for Table {}
+
+static LARGE: Locked<Table> = Locked::new(Table {
+    slots: ptr::null_mut(),
+    cap: 0,
+    used: 0,
+    cache: [(0, 0); CACHE_SLOTS],
+    cached_bytes: 0,
+    freed: [0; FREED_RING],
+    freed_next: 0,
+});
+
+pub fn lock() -> &'static Lock {
+    &LARGE.lock
+}
+
+fn hash(p: usize, cap: usize) -> usize {
+    ((p >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & (cap - 1)
+}
+
+impl Table {
+    fn slot(&self, i: usize) -> &mut Entry {
+        // SAFETY: i < cap and `slots` maps `cap` entries; lock held.
+        unsafe { &mut *self.slots.add(i) }
+    }
+
+    fn find(&self, p: usize) -> Option<usize> {
+        if self.cap == 0 {
+            return None;
+        }
+        let mut i = hash(p, self.cap);
+        loop {
+            match self.slot(i).ptr {
+                EMPTY => return None,
+                q if q == p => return Some(i),
+                _ => i = (i + 1) & (self.cap - 1),
+            }
+        }
+    }
+
+    /// Inserts an entry; false if the table could not grow (out of memory).
+    fn insert(&mut self, e: Entry) -> bool {
+        if (self.used + 1) * 4 > self.cap * 3 && !self.grow() {
+            return false;
+        }
+        let mut i = hash(e.ptr, self.cap);
+        while self.slot(i).ptr > TOMBSTONE {
+            i = (i + 1) & (self.cap - 1);
+        }
+        if self.slot(i).ptr == EMPTY {
+            self.used += 1;
+        }
+        *self.slot(i) = e;
+        true
+    }
+
+    fn grow(&mut self) -> bool {
+        let new_cap = (self.cap * 2).max(256);
+        let slots = os::map(new_cap * core::mem::size_of::<Entry>()) as *mut Entry;
+        if slots.is_null() {
+            return false;
+        }
+        let (old, old_cap) = (self.slots, self.cap);
+        self.slots = slots;
+        self.cap = new_cap;
+        self.used = 0;
+        for i in 0..old_cap {
+            // SAFETY: i < old_cap within the old mapping.
+            let e = unsafe { *old.add(i) };
+            if e.ptr > TOMBSTONE {
+                self.insert(e);
+            }
+        }
+        if !old.is_null() {
+            os::unmap(old.cast(), old_cap * core::mem::size_of::<Entry>());
+        }
+        true
+    }
+
+    fn take_cached(&mut self, len: usize) -> Option<(usize, usize)> {
+        let i = self
+            .cache
+            .iter()
+            .position(|&(b, l)| b != 0 && l >= len && l - len <= len / 4)?;
+        let hit = self.cache[i];
+        self.cache[i] = (0, 0);
+        self.cached_bytes -= hit.1;
+        Some(hit)
+    }
+}
+
+fn page_round(size: usize) -> Option<usize> {
+    if size > isize::MAX as usize - PAGE_BYTES {
+        return None;
+    }
+    Some((size.max(1) + PAGE_BYTES - 1) & !(PAGE_BYTES - 1))
+}
+
+/// Allocates a large block, or null with errno ENOMEM. `zero`: the caller
+/// wants zeroed memory (fresh mappings already are; cached ones are cleared).
+pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
+    let Some(len) = page_round(size) else {
+        os::set_enomem();
+        return ptr::null_mut();
+    };
+    let cached = if align <= PAGE_BYTES {
+        LARGE.with(|t| t.take_cached(len))
+    } else {
+        None
+    };
+    let (base, map_len, p) = match cached {
+        Some((base, l)) => {
+            crate::stats::global()
+                .large_cached
+                .fetch_sub(l as u64, Ordering::Relaxed);
+            if zero {
+                // SAFETY: the cached mapping is ours and at least `size` long.
+                unsafe { ptr::write_bytes(base as *mut u8, 0, size) };
+            }
+            (base, l, base)
+        }
+        None => {
+            let m = os::map_aligned(len, align.max(PAGE_BYTES));
+            if m.is_null() {
+                return m;
+            }
+            crate::stats::global()
+                .large_mapped
+                .fetch_add(len as u64, Ordering::Relaxed);
+            (m as usize, len, m as usize)
+        }
+    };
+    if !LARGE.with(|t| {
+        t.insert(Entry {
+            ptr: p,
+            base,
+            len: map_len,
+        })
+    }) {
+        unmap(base, map_len);
+        os::set_enomem();
+        return ptr::null_mut();
+    }
+    let g = crate::stats::global();
+    g.large_blocks.fetch_add(1, Ordering::Relaxed);
+    g.large_bytes.fetch_add(map_len as u64, Ordering::Relaxed);
+    p as *mut u8
+}
+
+fn unmap(base: usize, len: usize) {
+    os::unmap(base as *mut u8, len);
+    crate::stats::global()
+        .large_mapped
+        .fetch_sub(len as u64, Ordering::Relaxed);
+}
+
+/// Outcome of freeing a pointer that is not in a segment.
+pub enum Freed {
+    Ok,
+    DoubleFree,
+    NotOurs,
+}
+
+/// Frees a large block.
+pub fn free(p: *mut u8) -> Freed {
+    let p = p as usize;
+    let mut to_unmap = None;
+    let r = LARGE.with(|t| {
+        let Some(i) = t.find(p) else {
+            return if t.freed.contains(&p) {
+                Freed::DoubleFree
+            } else {
+                Freed::NotOurs
+            };
+        };
+        let e = *t.slot(i);
+        t.slot(i).ptr = TOMBSTONE;
+        t.freed[t.freed_next] = p;
+        t.freed_next = (t.freed_next + 1) % FREED_RING;
+        let g = crate::stats::global();
+        g.large_blocks.fetch_sub(1, Ordering::Relaxed);
+        g.large_bytes.fetch_sub(e.len as u64, Ordering::Relaxed);
+        let slot = t.cache.iter().position(|&(b, _)| b == 0);
+        match slot {
+            Some(s)
+                if e.base == e.ptr
+                    && e.len <= CACHE_MAX_BLOCK
+                    && t.cached_bytes + e.len <= CACHE_MAX_BYTES =>
+            {
+                t.cache[s] = (e.base, e.len);
+                t.cached_bytes += e.len;
+                g.large_cached.fetch_add(e.len as u64, Ordering::Relaxed);
+            }
+            _ => to_unmap = Some((e.base, e.len)),
+        }
+        Freed::Ok
+    });
+    if let Some((base, len)) = to_unmap {
+        unmap(base, len);
+    }
+    r
+}
+
+/// The usable size of a large block, or None if `p` is not one.
+pub fn usable_size(p: *mut u8) -> Option<usize> {
+    let p = p as usize;
+    LARGE.with(|t| {
+        t.find(p).map(|i| {
+            let e = *t.slot(i);
+            e.base + e.len - p
+        })
+    })
+}
+
+/// Resizes a large block in place or with mremap. None: the caller must
+/// allocate, copy and free (new size small, or an over-aligned block).
+/// Some(null): out of memory, the old block is intact.
+pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
+    if new_size <= crate::size_class::MAX_SMALL_BYTES {
+        return None;
+    }
+    let Some(new_len) = page_round(new_size) else {
+        os::set_enomem();
+        return Some(ptr::null_mut());
+    };
+    let p = p as usize;
+    LARGE.with(|t| {
+        let i = t.find(p)?;
+        let e = *t.slot(i);
+        if e.base != p {
+            return None;
+        }
+        if new_len == e.len {
+            return Some(p as *mut u8);
+        }
+        // Make room first, so the insert below cannot fail after the remap.
+        if (t.used + 1) * 4 > t.cap * 3 && !t.grow() {
+            os::set_enomem();
+            return Some(ptr::null_mut());
+        }
+        let q = os::remap(p as *mut u8, e.len, new_len) as usize;
+        if q == 0 {
+            return Some(ptr::null_mut());
+        }
+        let g = crate::stats::global();
+        g.large_bytes.fetch_add(
+            (new_len as u64).wrapping_sub(e.len as u64),
+            Ordering::Relaxed,
+        );
+        g.large_mapped.fetch_add(
+            (new_len as u64).wrapping_sub(e.len as u64),
+            Ordering::Relaxed,
+        );
+        let i = t.find(p).unwrap_or(i); // `grow` may have moved it
+        t.slot(i).ptr = TOMBSTONE;
+        t.insert(Entry {
+            ptr: q,
+            base: q,
+            len: new_len,
+        });
+        Some(q as *mut u8)
+    })
+}
+
+/// Unmaps every cached mapping (`malloc_trim`, purge deadline).
+pub fn purge_cache() {
+    let mut out = [(0usize, 0usize); CACHE_SLOTS];
+    LARGE.with(|t| {
+        out = t.cache;
+        t.cache = [(0, 0); CACHE_SLOTS];
+        t.cached_bytes = 0;
+    });
+    for (base, len) in out {
+        if base != 0 {
+            crate::stats::global()
+                .large_cached
+                .fetch_sub(len as u64, Ordering::Relaxed);
+            unmap(base, len);
+        }
+    }
+}
+
+/// Number of live large blocks by walking the table (verification only).
+pub fn walk_count() -> u64 {
+    LARGE.with(|t| (0..t.cap).filter(|&i| t.slot(i).ptr > TOMBSTONE).count() as u64)
+}

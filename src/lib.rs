@@ -1,0 +1,100 @@
+//! slubmalloc: a general-purpose memory allocator built the way the Linux
+//! kernel's SLUB allocator is built, with statistics that are exact and free.
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
+//!
+//! fn main() {
+//!     let v: Vec<u64> = (0..1000).collect();
+//!     for c in slubmalloc::stats().caches().filter(|c| c.objects_in_use > 0) {
+//!         println!("{} B: {} in use", c.object_size, c.objects_in_use);
+//!     }
+//!     drop(v);
+//! }
+//! ```
+//!
+//! Shape (see DESIGN in the repository): thread heaps (per class an active
+//! slab and a short partial list) -> node partial lists (per class, locked,
+//! exact counters) -> segments (4 MiB aligned mappings of 64 KiB slabs).
+//! Blocks above 32 KiB get their own mappings.
+//!
+//! Layers, each using only those above it in this list: `os`, `sync`, `fmt`
+//! -> `size_class`, `segment`, `slab` -> `node`, `thread_heap`, `large` ->
+//! `alloc`, `stats`, `walk`, `report` -> this file and `ffi`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod alloc;
+mod fmt;
+mod large;
+mod node;
+mod options;
+mod os;
+mod report;
+mod segment;
+mod size_class;
+mod slab;
+mod stats;
+mod sync;
+mod thread_heap;
+mod walk;
+
+#[cfg(feature = "override")]
+mod ffi;
+
+use core::alloc::{GlobalAlloc, Layout};
+
+pub use options::TABLE as ENVIRONMENT_VARIABLES;
+pub use size_class::{MAX_SMALL_BYTES, NUM_CLASSES};
+pub use stats::{stats, CacheStats, Stats, Totals};
+pub use walk::{walk, Walk, WalkedCache};
+
+/// The allocator. Use it as `#[global_allocator]`.
+pub struct SlubMalloc;
+
+// SAFETY: every method honours the GlobalAlloc contract: blocks are at least
+// `layout.size()` bytes at `layout.align()`, null on failure, never unwinding.
+unsafe impl GlobalAlloc for SlubMalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        alloc::alloc(layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        // SAFETY: the caller passes a live block from this allocator.
+        unsafe { alloc::free(ptr) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        alloc::alloc_zeroed(layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller passes a live block allocated with `layout`.
+        unsafe { alloc::realloc(ptr, layout.align(), new_size) }
+    }
+}
+
+/// Returns free memory to the kernel now (what `malloc_trim(0)` does).
+pub fn trim() {
+    alloc::trim();
+}
+
+/// The size class object size that a request of `size` bytes (alignment 1)
+/// is served from, or None for a large block.
+pub fn class_size(size: usize) -> Option<usize> {
+    size_class::class_for(size, 1).map(|c| size_class::CLASS_BYTES[c] as usize)
+}
+
+/// Usable bytes of a live block.
+///
+/// # Safety
+/// `ptr` is a live block returned by this allocator.
+pub unsafe fn usable_size(ptr: *mut u8) -> usize {
+    // SAFETY: per the contract.
+    unsafe { alloc::usable_size(ptr) }
+}

@@ -1,0 +1,161 @@
+//! The node partial list of each size class: slabs nobody owns that have free
+//! objects, under one lock, with counters kept exact as slabs enter and leave
+//! (seed 000: statistics never walk this list).
+//!
+//! Placement (seed 001): nearly empty slabs go to the head, where the next
+//! refill takes them while they are cache-hot; fuller slabs, and slabs that
+//! became partial through a remote free (cache-cold), go to the tail.
+
+use core::cell::Cell;
+use core::ptr;
+
+use crate::segment;
+use crate::size_class::NUM_CLASSES;
+use crate::slab::{Slab, LISTED};
+use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
+
+/// Empty slabs a node keeps before returning them to their segment. SLUB keeps
+/// 5..10 slabs of 4..32 KiB; ours are 64 KiB, so we keep fewer.
+pub const MIN_PARTIAL: usize = 2;
+
+pub struct Node {
+    pub lock: Lock,
+    head: Cell<*mut Slab>,
+    tail: Cell<*mut Slab>,
+    /// Slabs on the list, and free objects on them. Written under the lock,
+    /// read by `stats()` without it.
+    pub nr_partial: AtomicUsize,
+    pub free_objects: AtomicUsize,
+    /// Placement decisions, for the statistics.
+    pub added_head: AtomicU64,
+    pub added_tail: AtomicU64,
+}
+
+// SAFETY: the Cell fields are touched only with `lock` held.
+unsafe impl Sync for Node {}
+
+pub static NODES: [Node; NUM_CLASSES] = [const { Node::new() }; NUM_CLASSES];
+
+/// The placement policy, a named function so it can be measured and changed:
+/// true sends the slab to the tail.
+#[inline]
+pub fn place_at_tail(inuse: u32, objects: u32, remote_freed: bool) -> bool {
+    remote_freed || inuse > objects / 4
+}
+
+/// Adds `n` to a counter that only lock holders write (no locked instruction).
+#[inline]
+fn bump(c: &AtomicUsize, n: isize) {
+    c.store(
+        c.load(Ordering::Relaxed).wrapping_add(n as usize),
+        Ordering::Relaxed,
+    );
+}
+
+impl Node {
+    const fn new() -> Self {
+        Node {
+            lock: Lock::new(),
+            head: Cell::new(ptr::null_mut()),
+            tail: Cell::new(ptr::null_mut()),
+            nr_partial: AtomicUsize::new(0),
+            free_objects: AtomicUsize::new(0),
+            added_head: AtomicU64::new(0),
+            added_tail: AtomicU64::new(0),
+        }
+    }
+
+    /// Puts an unowned slab with free objects on the list. Lock held.
+    pub fn add(&self, slab: &Slab, remote_freed: bool) {
+        let s = slab as *const Slab as *mut Slab;
+        slab.state.set(LISTED);
+        if place_at_tail(slab.inuse.get(), slab.objects.get(), remote_freed) {
+            slab.next.set(ptr::null_mut());
+            slab.prev.set(self.tail.get());
+            match self.tail.get() {
+                // SAFETY: list members are live descriptors; lock held.
+                t if !t.is_null() => unsafe { (*t).next.set(s) },
+                _ => self.head.set(s),
+            }
+            self.tail.set(s);
+            self.added_tail.store(
+                self.added_tail.load(Ordering::Relaxed) + 1,
+                Ordering::Relaxed,
+            );
+        } else {
+            slab.prev.set(ptr::null_mut());
+            slab.next.set(self.head.get());
+            match self.head.get() {
+                // SAFETY: as above.
+                h if !h.is_null() => unsafe { (*h).prev.set(s) },
+                _ => self.tail.set(s),
+            }
+            self.head.set(s);
+            self.added_head.store(
+                self.added_head.load(Ordering::Relaxed) + 1,
+                Ordering::Relaxed,
+            );
+        }
+        bump(&self.nr_partial, 1);
+        bump(
+            &self.free_objects,
+            (slab.objects.get() - slab.inuse.get()) as isize,
+        );
+    }
+
+    /// Takes a slab off the list. Lock held.
+    pub fn remove(&self, slab: &Slab) {
+        let (next, prev) = (slab.next.get(), slab.prev.get());
+        // SAFETY: neighbours are live list members; lock held.
+        unsafe {
+            if prev.is_null() {
+                self.head.set(next);
+            } else {
+                (*prev).next.set(next);
+            }
+            if next.is_null() {
+                self.tail.set(prev);
+            } else {
+                (*next).prev.set(prev);
+            }
+        }
+        slab.next.set(ptr::null_mut());
+        slab.prev.set(ptr::null_mut());
+        bump(&self.nr_partial, -1);
+        bump(
+            &self.free_objects,
+            -((slab.objects.get() - slab.inuse.get()) as isize),
+        );
+    }
+
+    /// One more free object on a listed slab. Lock held.
+    pub fn note_free(&self) {
+        bump(&self.free_objects, 1);
+    }
+
+    pub fn first(&self) -> *mut Slab {
+        self.head.get()
+    }
+
+    /// Whether an empty slab should leave the list for its segment: SLUB keeps
+    /// it only while the node has fewer than `MIN_PARTIAL` partial slabs.
+    pub fn should_discard_empty(&self) -> bool {
+        self.nr_partial.load(Ordering::Relaxed) >= MIN_PARTIAL
+    }
+
+    /// Calls `f` on every listed slab. Lock held; verification walk only.
+    pub fn for_each(&self, mut f: impl FnMut(&Slab)) {
+        let mut s = self.head.get();
+        while !s.is_null() {
+            // SAFETY: list members are live; lock held.
+            let slab = unsafe { &*s };
+            f(slab);
+            s = slab.next.get();
+        }
+    }
+}
+
+/// Gives an empty, unlisted, unowned slab back to its segment.
+pub fn discard(slab: &Slab) {
+    segment::free_slab(slab as *const Slab as *mut Slab);
+}

@@ -1,0 +1,203 @@
+//! `SLUBMALLOC_*` environment variables, read once from `environ` without
+//! allocating. Every variable is in `TABLE`, with its default and meaning; an
+//! unknown `SLUBMALLOC_*` name or a bad value gets one warning on stderr.
+
+use core::ffi::{c_char, CStr};
+
+use crate::sync::{AtomicU32, Ordering};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StatsMode {
+    Off,
+    Text,
+    Json,
+}
+
+pub const PATH_MAX_BYTES: usize = 256;
+
+#[derive(Clone, Copy)]
+pub struct Options {
+    pub stats: StatsMode,
+    /// Report destination; empty means stderr. `%p` is not yet expanded.
+    pub stats_file: [u8; PATH_MAX_BYTES],
+    pub stats_file_len: usize,
+    /// Signal that asks for a report (0: none).
+    pub stats_signal: i32,
+    pub purge_delay_ms: u64,
+}
+
+/// Name, default, meaning: the README's table is this table.
+pub const TABLE: &[(&str, &str, &str)] = &[
+    (
+        "SLUBMALLOC_STATS",
+        "off",
+        "`1`/`text`: statistics table on stderr at exit; `json`: one JSON document",
+    ),
+    (
+        "SLUBMALLOC_STATS_FILE",
+        "stderr",
+        "append the report to this file instead; `%p` becomes the process id",
+    ),
+    (
+        "SLUBMALLOC_STATS_SIGNAL",
+        "none",
+        "signal (`USR1`, `USR2`, or a number) that writes a report while running",
+    ),
+    (
+        "SLUBMALLOC_PURGE_DELAY_MS",
+        "100",
+        "delay before free slabs and cached large blocks go back to the kernel",
+    ),
+];
+
+const DEFAULT: Options = Options {
+    stats: StatsMode::Off,
+    stats_file: [0; PATH_MAX_BYTES],
+    stats_file_len: 0,
+    stats_signal: 0,
+    purge_delay_ms: 100,
+};
+
+static STATE: AtomicU32 = AtomicU32::new(0);
+static mut OPTIONS: Options = DEFAULT;
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// The options, parsed on first use.
+pub fn get() -> &'static Options {
+    if STATE.load(Ordering::Acquire) != 2 {
+        init();
+    }
+    // SAFETY: OPTIONS is written only before STATE becomes 2 (Release), and
+    // we observed 2 with Acquire (here or in `init`).
+    unsafe { &*(&raw const OPTIONS) }
+}
+
+#[cold]
+fn init() {
+    if STATE
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        while STATE.load(Ordering::Acquire) != 2 {
+            core::hint::spin_loop();
+        }
+        return;
+    }
+    let parsed = parse_environ();
+    // SAFETY: we won the 0 -> 1 transition, so we are the only writer, and no
+    // reader looks before STATE becomes 2.
+    unsafe { OPTIONS = parsed };
+    // Release: publishes OPTIONS; pairs with the Acquire in `get`.
+    STATE.store(2, Ordering::Release);
+}
+
+fn parse_environ() -> Options {
+    let mut o = DEFAULT;
+    // SAFETY: environ is the process environment, a null-terminated array of
+    // C strings, valid from before main.
+    let mut env = unsafe { environ };
+    if env.is_null() {
+        return o;
+    }
+    loop {
+        // SAFETY: as above; the array ends with a null pointer.
+        let entry = unsafe { *env };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: each entry is a NUL-terminated string.
+        let bytes = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        if let Some(rest) = bytes.strip_prefix(b"SLUBMALLOC_") {
+            let eq = rest.iter().position(|&b| b == b'=').unwrap_or(rest.len());
+            let name = &bytes[..11 + eq];
+            let value = rest.get(eq + 1..).unwrap_or(b"");
+            apply(&mut o, name, value);
+        }
+        // SAFETY: not past the terminating null, checked above.
+        env = unsafe { env.add(1) };
+    }
+    o
+}
+
+fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
+    let ok = match name {
+        b"SLUBMALLOC_STATS" => match value {
+            b"" | b"0" | b"off" => {
+                o.stats = StatsMode::Off;
+                true
+            }
+            b"1" | b"text" => {
+                o.stats = StatsMode::Text;
+                true
+            }
+            b"json" => {
+                o.stats = StatsMode::Json;
+                true
+            }
+            _ => false,
+        },
+        b"SLUBMALLOC_STATS_FILE" => {
+            if value.is_empty() || value.len() >= PATH_MAX_BYTES {
+                false
+            } else {
+                o.stats_file[..value.len()].copy_from_slice(value);
+                o.stats_file_len = value.len();
+                true
+            }
+        }
+        b"SLUBMALLOC_STATS_SIGNAL" => match parse_signal(value) {
+            Some(s) => {
+                o.stats_signal = s;
+                true
+            }
+            None => false,
+        },
+        b"SLUBMALLOC_PURGE_DELAY_MS" => match parse_u64(value) {
+            Some(ms) => {
+                o.purge_delay_ms = ms;
+                true
+            }
+            None => false,
+        },
+        _ => {
+            warn(b"unknown variable ", name, b" ignored");
+            return;
+        }
+    };
+    if !ok {
+        warn(b"bad value for ", name, b" ignored, default kept");
+    }
+}
+
+fn parse_u64(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(v.iter().fold(0, |a, &b| a * 10 + (b - b'0') as u64))
+}
+
+fn parse_signal(v: &[u8]) -> Option<i32> {
+    let v = v.strip_prefix(b"SIG").unwrap_or(v);
+    let sig = match v {
+        b"USR1" => libc::SIGUSR1,
+        b"USR2" => libc::SIGUSR2,
+        b"HUP" => libc::SIGHUP,
+        b"WINCH" => libc::SIGWINCH,
+        b"PWR" => libc::SIGPWR,
+        _ => parse_u64(v)? as i32,
+    };
+    (1..=64).contains(&sig).then_some(sig)
+}
+
+fn warn(before: &[u8], name: &[u8], after: &[u8]) {
+    let mut buf = crate::fmt::FixedBuf::<200>::new();
+    buf.push_str("slubmalloc: warning: ");
+    buf.push_str(core::str::from_utf8(before).unwrap_or(""));
+    buf.push_str(core::str::from_utf8(name).unwrap_or("SLUBMALLOC_?"));
+    buf.push_str(core::str::from_utf8(after).unwrap_or(""));
+    buf.push_str("\n");
+    crate::os::write_all(2, buf.as_bytes());
+}

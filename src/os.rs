@@ -1,0 +1,176 @@
+//! The only module that talks to the kernel: mappings, purging, time, randomness,
+//! writing to a file descriptor, and the one way slubmalloc dies.
+//!
+//! Nothing here allocates. Every function keeps the caller's `errno` unless it
+//! says otherwise, so `free` can promise to leave `errno` alone.
+
+use core::ptr;
+
+pub const PAGE_BYTES: usize = 4096;
+
+/// Saves `errno` and restores it when dropped.
+pub struct ErrnoGuard(i32);
+
+impl ErrnoGuard {
+    #[inline]
+    pub fn save() -> Self {
+        // SAFETY: __errno_location returns this thread's errno slot, always valid.
+        ErrnoGuard(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: as in `save`.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+/// Sets `errno` to `ENOMEM`; every failed allocation path calls this.
+#[inline]
+pub fn set_enomem() {
+    // SAFETY: as in `ErrnoGuard::save`.
+    unsafe { *libc::__errno_location() = libc::ENOMEM };
+}
+
+/// Maps `bytes` of fresh zeroed memory, or returns null with errno ENOMEM.
+pub fn map(bytes: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping has no preconditions.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        set_enomem();
+        return ptr::null_mut();
+    }
+    crate::stats::global()
+        .mmaps
+        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    p.cast()
+}
+
+/// Maps `bytes` aligned to `align` (a power of two, at least a page): maps
+/// `bytes + align - PAGE` and trims both ends.
+pub fn map_aligned(bytes: usize, align: usize) -> *mut u8 {
+    if align <= PAGE_BYTES {
+        return map(bytes);
+    }
+    let Some(total) = bytes.checked_add(align - PAGE_BYTES) else {
+        set_enomem();
+        return ptr::null_mut();
+    };
+    let raw = map(total);
+    if raw.is_null() {
+        return raw;
+    }
+    let start = raw as usize;
+    let aligned = (start + align - 1) & !(align - 1);
+    let head = aligned - start;
+    let tail = total - head - bytes;
+    if head > 0 {
+        unmap(raw, head);
+    }
+    if tail > 0 {
+        unmap((aligned + bytes) as *mut u8, tail);
+    }
+    aligned as *mut u8
+}
+
+/// Returns a mapping to the kernel.
+pub fn unmap(p: *mut u8, bytes: usize) {
+    let _keep = ErrnoGuard::save();
+    // SAFETY: callers pass a range they mapped and no longer use.
+    unsafe { libc::munmap(p.cast(), bytes) };
+}
+
+/// Drops the physical pages behind a range; it reads as zeros afterwards.
+pub fn purge(p: *mut u8, bytes: usize) {
+    let _keep = ErrnoGuard::save();
+    // SAFETY: callers pass a range inside one of their mappings holding no live data.
+    unsafe { libc::madvise(p.cast(), bytes, libc::MADV_DONTNEED) };
+    crate::stats::global()
+        .purges
+        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Grows or shrinks a mapping, possibly moving it; null with ENOMEM on failure.
+pub fn remap(p: *mut u8, old_bytes: usize, new_bytes: usize) -> *mut u8 {
+    // SAFETY: `p..p+old_bytes` is a whole mapping owned by the caller.
+    let q = unsafe { libc::mremap(p.cast(), old_bytes, new_bytes, libc::MREMAP_MAYMOVE) };
+    if q == libc::MAP_FAILED {
+        set_enomem();
+        return ptr::null_mut();
+    }
+    q.cast()
+}
+
+/// Monotonic clock in nanoseconds (vDSO, no syscall).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// 64 random bits from the kernel, or from the clock and an address if the
+/// kernel refuses (a seccomp sandbox); never zero.
+pub fn random_u64() -> u64 {
+    let _keep = ErrnoGuard::save();
+    let mut v = 0u64;
+    // SAFETY: writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if n != 8 {
+        v = now_ns() ^ ((&v as *const u64 as u64).rotate_left(29)) ^ 0x9e37_79b9_7f4a_7c15;
+    }
+    v | 1
+}
+
+/// Writes all of `bytes` to `fd`, retrying on short writes and EINTR.
+pub fn write_all(fd: i32, mut bytes: &[u8]) {
+    let _keep = ErrnoGuard::save();
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a valid readable slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            // SAFETY: as in `ErrnoGuard::save`.
+            if unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+/// The one way slubmalloc stops a process: one line on stderr naming the
+/// misuse and the address, then `abort()`.
+#[cold]
+#[inline(never)]
+pub fn fatal(what: &str, addr: usize) -> ! {
+    let mut buf = crate::fmt::FixedBuf::<160>::new();
+    buf.push_str("slubmalloc: ");
+    buf.push_str(what);
+    buf.push_str(" (address 0x");
+    buf.push_hex(addr as u64);
+    buf.push_str(")\n");
+    write_all(2, buf.as_bytes());
+    // SAFETY: abort has no preconditions and does not return.
+    unsafe { libc::abort() }
+}
+
+/// The process id, for `%p` in file names.
+pub fn pid() -> u32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() as u32 }
+}

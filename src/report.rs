@@ -1,0 +1,89 @@
+//! The statistics report chosen by `SLUBMALLOC_STATS`: written at process exit
+//! (from `.fini_array`) and on `SLUBMALLOC_STATS_SIGNAL`, through a stack
+//! buffer and write(2), so it never allocates and works out of memory.
+
+use core::fmt::Write;
+
+use crate::fmt::{FdWriter, FixedBuf};
+use crate::options::{self, StatsMode, PATH_MAX_BYTES};
+
+/// Installs the report signal handler, if one was asked for.
+pub fn install() {
+    let sig = options::get().stats_signal;
+    if sig == 0 {
+        return;
+    }
+    // SAFETY: a zeroed sigaction is valid; we set the handler and flags.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, core::ptr::null_mut());
+    }
+}
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    let _keep = crate::os::ErrnoGuard::save();
+    write_report(options::get().stats);
+}
+
+extern "C" fn at_exit() {
+    let mode = options::get().stats;
+    if mode != StatsMode::Off {
+        write_report(mode);
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_EXIT: extern "C" fn() = at_exit;
+
+/// Writes one report in `mode` (text if Off: `malloc_stats`) to the chosen
+/// destination.
+pub fn write_report(mode: StatsMode) {
+    let o = options::get();
+    let fd = if o.stats_file_len == 0 {
+        2
+    } else {
+        open_report_file(&o.stats_file[..o.stats_file_len])
+    };
+    if fd < 0 {
+        return;
+    }
+    {
+        let s = crate::stats::stats_for_report();
+        let mut w = FdWriter::new(fd);
+        let _ = match mode {
+            StatsMode::Json => s.write_json(&mut w).and_then(|_| w.write_str("\n")),
+            _ => write!(w, "slubmalloc statistics (pid {})\n{}", crate::os::pid(), s),
+        };
+    }
+    if fd != 2 {
+        // SAFETY: we opened `fd` above.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Opens `path` for appending, with `%p` replaced by the process id.
+fn open_report_file(path: &[u8]) -> i32 {
+    let mut buf = FixedBuf::<{ PATH_MAX_BYTES + 16 }>::new();
+    let mut rest = path;
+    while let Some(i) = rest.windows(2).position(|w| w == b"%p") {
+        buf.push_str(core::str::from_utf8(&rest[..i]).unwrap_or(""));
+        let _ = write!(buf, "{}", crate::os::pid());
+        rest = &rest[i + 2..];
+    }
+    buf.push_str(core::str::from_utf8(rest).unwrap_or(""));
+    let mut cpath = [0u8; PATH_MAX_BYTES + 17];
+    let bytes = buf.as_bytes();
+    cpath[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: `cpath` is NUL-terminated (zero-filled past the path).
+    unsafe {
+        libc::open(
+            cpath.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+            0o644,
+        )
+    }
+}

@@ -1,0 +1,267 @@
+//! Segments: `SEGMENT_BYTES`-aligned mappings cut into `SLAB_BYTES` slabs.
+//! The first slab's space holds the descriptors, so `slab_of(ptr)` is a mask,
+//! a shift and an add: no lookup table, no header before any object.
+//!
+//! A bitmap over the whole 47-bit address space (the segment map) answers
+//! "is this pointer inside one of our segments?" for the C entry points.
+//! Free slabs are purged (MADV_DONTNEED) after a delay; wholly empty segments
+//! beyond a small cache are unmapped.
+
+use core::ptr;
+
+use crate::os;
+use crate::slab::{Slab, FREE};
+use crate::sync::{AtomicU64, Locked, Ordering};
+
+pub const SEGMENT_SHIFT: usize = 22;
+pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
+pub const SLAB_SHIFT: usize = 16;
+pub const SLAB_BYTES: usize = 1 << SLAB_SHIFT; // 64 KiB
+pub const SLABS_PER_SEGMENT: usize = SEGMENT_BYTES / SLAB_BYTES;
+/// Slab 0 holds the segment header; the rest serve objects.
+const ALL_SLABS: u64 = !1;
+/// Wholly empty segments kept mapped (purged) for reuse.
+const EMPTY_SEGMENTS_KEPT: usize = 1;
+
+const ADDRESS_BITS: usize = 47;
+const MAP_WORDS: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT - 6);
+/// One bit per possible segment: 4 MiB of zero pages, touched only where used.
+static MAP: [AtomicU64; MAP_WORDS] = [const { AtomicU64::new(0) }; MAP_WORDS];
+
+#[repr(C)]
+pub struct Segment {
+    slabs: [Slab; SLABS_PER_SEGMENT],
+    /// Free slabs (bit i = slab i); bit 0 is never set.
+    free_mask: u64,
+    /// Free slabs whose pages may still be resident.
+    dirty_mask: u64,
+    next: *mut Segment,
+    prev: *mut Segment,
+}
+
+const _: () = assert!(core::mem::size_of::<Segment>() <= SLAB_BYTES);
+
+struct Segments {
+    /// Every segment, for purging and the verification walk.
+    all: *mut Segment,
+    count: usize,
+    /// When free slabs must be purged (0: nothing pending).
+    purge_at_ns: u64,
+}
+
+// SAFETY: the raw pointers are reached only under the SEGMENTS lock.
+unsafe impl Send for Segments {}
+
+static SEGMENTS: Locked<Segments> = Locked::new(Segments {
+    all: ptr::null_mut(),
+    count: 0,
+    purge_at_ns: 0,
+});
+
+/// Mirror of `purge_at_ns`, read without the lock on slow paths.
+static PURGE_AT_NS: AtomicU64 = AtomicU64::new(0);
+
+#[inline(always)]
+pub fn segment_of(p: usize) -> usize {
+    p & !(SEGMENT_BYTES - 1)
+}
+
+/// The descriptor of the slab holding `p`, which must be inside a segment.
+/// Cost: and, shift-and-mask, lea.
+#[inline(always)]
+pub fn slab_of(p: *mut u8) -> *mut Slab {
+    let p = p as usize;
+    let index = (p >> SLAB_SHIFT) & (SLABS_PER_SEGMENT - 1);
+    (segment_of(p) + index * core::mem::size_of::<Slab>()) as *mut Slab
+}
+
+/// Whether `p` lies inside one of our segments. Cost: two shifts, a load, a
+/// bit test.
+#[inline(always)]
+pub fn contains(p: *mut u8) -> bool {
+    let region = p as usize >> SEGMENT_SHIFT;
+    if region >= MAP_WORDS * 64 {
+        return false;
+    }
+    MAP[region / 64].load(Ordering::Relaxed) & (1 << (region % 64)) != 0
+}
+
+fn set_mapped(seg: usize, on: bool) {
+    let region = seg >> SEGMENT_SHIFT;
+    let bit = 1u64 << (region % 64);
+    // Relaxed: a pointer into the segment reaches another thread only through
+    // a synchronizing hand-off that follows this store.
+    if on {
+        MAP[region / 64].fetch_or(bit, Ordering::Relaxed);
+    } else {
+        MAP[region / 64].fetch_and(!bit, Ordering::Relaxed);
+    }
+}
+
+/// A free slab for a new use, or null with errno ENOMEM.
+pub fn alloc_slab() -> *mut Slab {
+    SEGMENTS.with(|s| {
+        purge_if_due_locked(s, os::now_ns());
+        let mut seg = s.all;
+        // SAFETY: segments on the list are live mappings; the lock is held.
+        while !seg.is_null() && unsafe { (*seg).free_mask } == 0 {
+            seg = unsafe { (*seg).next };
+        }
+        if seg.is_null() {
+            seg = new_segment(s);
+            if seg.is_null() {
+                return ptr::null_mut();
+            }
+        }
+        // SAFETY: `seg` is a live segment and the lock is held.
+        let seg = unsafe { &mut *seg };
+        let dirty = seg.free_mask & seg.dirty_mask;
+        let pick = if dirty != 0 { dirty } else { seg.free_mask };
+        let index = pick.trailing_zeros() as usize;
+        seg.free_mask &= !(1 << index);
+        seg.dirty_mask &= !(1 << index);
+        &mut seg.slabs[index] as *mut Slab
+    })
+}
+
+/// Gives a slab with no live object back to its segment; its pages are purged
+/// after the purge delay.
+pub fn free_slab(slab: *mut Slab) {
+    SEGMENTS.with(|s| {
+        let seg = segment_of(slab as usize) as *mut Segment;
+        // SAFETY: `slab` is inside a live segment; the lock is held.
+        let seg = unsafe { &mut *seg };
+        let index = (slab as usize - seg as *mut Segment as usize) / core::mem::size_of::<Slab>();
+        // SAFETY: as above.
+        unsafe { (*slab).state.set(FREE) };
+        seg.free_mask |= 1 << index;
+        seg.dirty_mask |= 1 << index;
+        let now = os::now_ns();
+        if s.purge_at_ns == 0 {
+            s.purge_at_ns = now + crate::options::get().purge_delay_ms * 1_000_000;
+            PURGE_AT_NS.store(s.purge_at_ns, Ordering::Relaxed);
+        }
+        purge_if_due_locked(s, now);
+    })
+}
+
+fn new_segment(s: &mut Segments) -> *mut Segment {
+    let seg = os::map_aligned(SEGMENT_BYTES, SEGMENT_BYTES) as *mut Segment;
+    if seg.is_null() {
+        return seg;
+    }
+    // SAFETY: fresh zeroed mapping big enough for the header; zero is a valid
+    // Segment (all slabs FREE, null links).
+    unsafe {
+        (*seg).free_mask = ALL_SLABS;
+        (*seg).dirty_mask = 0;
+        (*seg).next = s.all;
+        (*seg).prev = ptr::null_mut();
+        if !s.all.is_null() {
+            (*s.all).prev = seg;
+        }
+    }
+    s.all = seg;
+    s.count += 1;
+    set_mapped(seg as usize, true);
+    crate::stats::global()
+        .segments
+        .fetch_add(1, Ordering::Relaxed);
+    seg
+}
+
+/// Purges now if the deadline has passed. Called on allocation slow paths, so
+/// a process that keeps allocating a little does give memory back.
+#[inline]
+pub fn purge_if_due() {
+    let at = PURGE_AT_NS.load(Ordering::Relaxed);
+    if at != 0 && os::now_ns() >= at {
+        SEGMENTS.with(|s| purge_if_due_locked(s, os::now_ns()));
+    }
+}
+
+/// Purges every free slab and unmaps empty segments now (`malloc_trim`).
+pub fn purge_now() {
+    SEGMENTS.with(|s| {
+        s.purge_at_ns = 1;
+        purge_if_due_locked(s, u64::MAX);
+    });
+}
+
+fn purge_if_due_locked(s: &mut Segments, now: u64) {
+    if s.purge_at_ns == 0 || now < s.purge_at_ns {
+        return;
+    }
+    s.purge_at_ns = 0;
+    PURGE_AT_NS.store(0, Ordering::Relaxed);
+    let mut empty_kept = 0;
+    let mut seg = s.all;
+    while !seg.is_null() {
+        // SAFETY: live segment on the list, lock held.
+        let next = unsafe { (*seg).next };
+        let sg = unsafe { &mut *seg };
+        if sg.free_mask == ALL_SLABS && empty_kept >= EMPTY_SEGMENTS_KEPT {
+            unlink(s, seg);
+            set_mapped(seg as usize, false);
+            os::unmap(seg.cast(), SEGMENT_BYTES);
+            crate::stats::global()
+                .segments
+                .fetch_sub(1, Ordering::Relaxed);
+        } else {
+            if sg.free_mask == ALL_SLABS {
+                empty_kept += 1;
+            }
+            purge_runs(seg as usize, sg.dirty_mask);
+            sg.dirty_mask = 0;
+        }
+        seg = next;
+    }
+}
+
+/// madvise each run of consecutive set bits of `mask` as one call.
+fn purge_runs(base: usize, mut mask: u64) {
+    while mask != 0 {
+        let start = mask.trailing_zeros() as usize;
+        let len = (mask >> start).trailing_ones() as usize;
+        os::purge((base + start * SLAB_BYTES) as *mut u8, len * SLAB_BYTES);
+        mask &= !(((1u128 << (start + len)) - 1) as u64);
+    }
+}
+
+fn unlink(s: &mut Segments, seg: *mut Segment) {
+    // SAFETY: `seg` is on the list and the lock is held.
+    unsafe {
+        let (next, prev) = ((*seg).next, (*seg).prev);
+        if prev.is_null() {
+            s.all = next;
+        } else {
+            (*prev).next = next;
+        }
+        if !next.is_null() {
+            (*next).prev = prev;
+        }
+    }
+    s.count -= 1;
+}
+
+/// Calls `f` on every slab in use, with the segment lock held. For the
+/// verification walk only.
+pub fn for_each_slab(mut f: impl FnMut(&Slab)) {
+    SEGMENTS.with(|s| {
+        let mut seg = s.all;
+        while !seg.is_null() {
+            // SAFETY: live segment, lock held.
+            let sg = unsafe { &*seg };
+            for i in 1..SLABS_PER_SEGMENT {
+                if sg.free_mask & (1 << i) == 0 {
+                    f(&sg.slabs[i]);
+                }
+            }
+            seg = sg.next;
+        }
+    })
+}
+
+pub fn lock() -> &'static crate::sync::Lock {
+    &SEGMENTS.lock
+}

@@ -1,0 +1,145 @@
+//! Size classes: 8 B, 16..128 B in steps of 16, then four classes per doubling
+//! up to 32 KiB. Every table is computed by `const fn` at compile time and
+//! tested exhaustively in `tests/size_classes.rs`.
+
+use crate::segment::SLAB_BYTES;
+
+pub const NUM_CLASSES: usize = 41;
+/// The largest size served from a slab; bigger requests are large blocks.
+pub const MAX_SMALL_BYTES: usize = 32 * 1024;
+/// Requests up to this size are classified with one table load.
+const LOOKUP_MAX: usize = 1024;
+
+/// Object size of each class.
+pub static CLASS_BYTES: [u32; NUM_CLASSES] = class_sizes();
+/// `LOOKUP[(size + 7) >> 3]` is the class of `size` for `size <= 1024`.
+static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = lookup_table();
+
+const fn class_sizes() -> [u32; NUM_CLASSES] {
+    let mut sizes = [0u32; NUM_CLASSES];
+    sizes[0] = 8;
+    let mut i = 1;
+    while i <= 8 {
+        sizes[i] = 16 * i as u32;
+        i += 1;
+    }
+    let mut base = 128u32;
+    while i < NUM_CLASSES {
+        let mut k = 1;
+        while k <= 4 {
+            sizes[i] = base + base / 4 * k;
+            i += 1;
+            k += 1;
+        }
+        base *= 2;
+    }
+    sizes
+}
+
+/// The class of a size above 128 B by arithmetic: the doubling it falls in,
+/// then which quarter of it.
+#[inline]
+const fn class_by_log(size: usize) -> usize {
+    let n = size - 1;
+    let log = (usize::BITS - 1 - n.leading_zeros()) as usize; // 7 for 129..=256
+    9 + 4 * (log - 7) + ((n >> (log - 2)) & 3)
+}
+
+const fn lookup_table() -> [u8; LOOKUP_MAX / 8 + 1] {
+    let mut t = [0u8; LOOKUP_MAX / 8 + 1];
+    let mut i = 1;
+    while i < t.len() {
+        let size = i * 8;
+        t[i] = if size <= 8 {
+            0
+        } else if size <= 128 {
+            ((size + 15) / 16) as u8
+        } else {
+            class_by_log(size) as u8
+        };
+        i += 1;
+    }
+    t
+}
+
+/// The smallest class that holds `size` bytes; `size <= MAX_SMALL_BYTES`.
+/// Cost: one compare and a table load up to 1 KiB, `lzcnt` and shifts above.
+#[inline(always)]
+pub fn class_of(size: usize) -> usize {
+    debug_assert!(size <= MAX_SMALL_BYTES);
+    if size <= LOOKUP_MAX {
+        LOOKUP[(size + 7) >> 3] as usize
+    } else {
+        class_by_log(size)
+    }
+}
+
+/// The class for `size` bytes at alignment `align` (a power of two), or None
+/// when the request must be a large block. Power-of-two classes are aligned
+/// to their size because slabs are `SLAB_BYTES`-aligned.
+#[inline]
+pub fn class_for(size: usize, align: usize) -> Option<usize> {
+    let want = size.max(align);
+    if want > MAX_SMALL_BYTES {
+        return None;
+    }
+    let class = class_of(want);
+    if align <= 16 || CLASS_BYTES[class] as usize % align == 0 {
+        Some(class)
+    } else {
+        Some(class_of(want.next_power_of_two()))
+    }
+}
+
+/// Objects in one slab of this class.
+pub const fn objects_per_slab(class: usize) -> u32 {
+    (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32
+}
+
+/// Constants for an exact divisibility test of an offset by a class size
+/// without dividing: `offset % size == 0` iff
+/// `(offset * inverse).rotate_right(shift) <= limit` (Hacker's Delight 10-17).
+#[derive(Clone, Copy)]
+pub struct Divisor {
+    pub inverse: u32,
+    pub shift: u32,
+    pub limit: u32,
+}
+
+pub static DIVISORS: [Divisor; NUM_CLASSES] = divisors();
+
+const fn divisors() -> [Divisor; NUM_CLASSES] {
+    let mut out = [Divisor {
+        inverse: 0,
+        shift: 0,
+        limit: 0,
+    }; NUM_CLASSES];
+    let mut c = 0;
+    while c < NUM_CLASSES {
+        let size = CLASS_BYTES[c];
+        let shift = size.trailing_zeros();
+        let odd = size >> shift;
+        // Newton's iteration for the inverse of an odd number modulo 2^32.
+        let mut inv = odd;
+        let mut i = 0;
+        while i < 5 {
+            inv = inv.wrapping_mul(2u32.wrapping_sub(odd.wrapping_mul(inv)));
+            i += 1;
+        }
+        out[c] = Divisor {
+            inverse: inv,
+            shift,
+            limit: u32::MAX / size,
+        };
+        c += 1;
+    }
+    out
+}
+
+impl Divisor {
+    /// Whether `offset` is a multiple of the class size. Cost: mul, ror, cmp.
+    #[inline(always)]
+    pub fn divides(&self, offset: u32) -> bool {
+        offset.wrapping_mul(self.inverse).rotate_right(self.shift) <= self.limit
+    }
+}

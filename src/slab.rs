@@ -1,0 +1,252 @@
+//! One slab: a `SLAB_BYTES` run of equal-sized objects and its descriptor.
+//!
+//! Invariants (the protocol every other module follows):
+//! - `state` OWNED: one thread heap (`owner`) owns the slab. Only the owner
+//!   touches `local_free`, `carved`, `next`; any other thread frees by pushing
+//!   onto `remote` with one CAS, and `remote` carries the `REMOTE_OWNED` bit.
+//! - `state` LISTED (on the node partial list) or FULL (on no list, no free
+//!   object): nobody owns it, `remote` is exactly 0, and every field is
+//!   protected by the node lock of its class.
+//! - FREE: the slab is back in its segment; only the segment lock touches it.
+//! - OWNED -> FULL/LISTED: the owner writes the fields, then clears `remote`
+//!   with a Release swap/CAS; a freer that Acquire-loads 0 sees those writes.
+//! - LISTED -> OWNED: under the node lock; a freer waiting on the lock re-reads
+//!   `remote` after taking it and then pushes with CAS instead.
+//!
+//! Free lists are singly linked through the first word of each free object,
+//! stored encoded as `next ^ SECRET ^ bswap(slot)` (SLAB_FREELIST_HARDENED), so
+//! a forged or overwritten link is detected rather than followed.
+
+use core::cell::Cell;
+use core::ptr;
+
+use crate::os;
+use crate::segment::{SLAB_BYTES, SLAB_SHIFT};
+use crate::size_class::{Divisor, DIVISORS};
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
+use crate::thread_heap::Heap;
+
+pub const FREE: u8 = 0;
+pub const OWNED: u8 = 1;
+pub const LISTED: u8 = 2;
+pub const FULL: u8 = 3;
+
+/// Set in `remote` while a thread heap owns the slab.
+pub const REMOTE_OWNED: usize = 1;
+
+/// The free-list secret: random per process, set once before the first list
+/// is written (see `thread_heap::init_process`).
+static SECRET: AtomicUsize = AtomicUsize::new(0);
+
+pub fn init_secret() {
+    // Relaxed: every thread reads the secret only after its heap was created
+    // under the registry lock, which orders this store before those reads.
+    let _ = SECRET.compare_exchange(
+        0,
+        os::random_u64() as usize,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+}
+
+#[inline(always)]
+pub fn secret() -> usize {
+    SECRET.load(Ordering::Relaxed)
+}
+
+/// The encoded form of the link `slot -> next`. Cost: bswap and two xors.
+#[inline(always)]
+pub fn encode(next: *mut u8, slot: *mut u8) -> usize {
+    next as usize ^ secret() ^ (slot as usize).swap_bytes()
+}
+
+/// Inverse of `encode`.
+#[inline(always)]
+pub fn decode(stored: usize, slot: *mut u8) -> *mut u8 {
+    (stored ^ secret() ^ (slot as usize).swap_bytes()) as *mut u8
+}
+
+/// Writes the link `obj -> next`.
+///
+/// # Safety
+/// `obj` is a free object of at least 8 bytes that the caller may write.
+#[inline(always)]
+pub unsafe fn set_next(obj: *mut u8, next: *mut u8) {
+    // SAFETY: per the contract, `obj` is writable and 8-byte aligned.
+    unsafe { *(obj as *mut usize) = encode(next, obj) };
+}
+
+/// Reads the link stored in `obj`.
+///
+/// # Safety
+/// `obj` is a free object of at least 8 bytes that the caller may read.
+#[inline(always)]
+pub unsafe fn get_next(obj: *mut u8) -> *mut u8 {
+    // SAFETY: per the contract, `obj` is readable and 8-byte aligned.
+    decode(unsafe { *(obj as *const usize) }, obj)
+}
+
+/// Whether `next`, read from free object `obj`, may be followed: null or in
+/// the same slab. Cost: xor, cmp (plus a null test when leaving the slab).
+#[inline(always)]
+pub fn link_is_sane(obj: *mut u8, next: *mut u8) -> bool {
+    (obj as usize ^ next as usize) < SLAB_BYTES || next.is_null()
+}
+
+/// The descriptor of one slab, kept in its segment's header. 128 bytes: the
+/// first line is the owner's, the second is written by remote freers.
+#[repr(C, align(128))]
+pub struct Slab {
+    /// Owning heap when `state == OWNED`, else null.
+    pub owner: AtomicPtr<Heap>,
+    /// Free objects owned by whoever owns the slab (heap or node lock).
+    pub local_free: Cell<*mut u8>,
+    /// List links: thread partial list (`next` only) or node list (both).
+    pub next: Cell<*mut Slab>,
+    pub prev: Cell<*mut Slab>,
+    /// Divisibility test for "is this the start of an object".
+    pub div: Cell<Divisor>,
+    /// Objects handed out or detached into a heap; exact when not OWNED.
+    pub inuse: Cell<u32>,
+    /// Objects in the slab, and how many have been carved into free lists
+    /// (the rest are untouched, still zero pages).
+    pub objects: Cell<u32>,
+    pub carved: Cell<u32>,
+    pub size: Cell<u32>,
+    pub class: Cell<u8>,
+    pub state: Cell<u8>,
+    /// Remote free list (encoded links) with `REMOTE_OWNED` in bit 0.
+    pub remote: Remote,
+}
+
+#[repr(C, align(64))]
+pub struct Remote(pub AtomicUsize);
+
+// SAFETY: the Cell fields are touched only by the slab's owner or under the
+// node/segment lock, per the protocol above.
+unsafe impl Sync for Slab {}
+
+impl Slab {
+    /// The first byte of the slab's objects.
+    #[inline(always)]
+    pub fn start(&self) -> *mut u8 {
+        let seg = crate::segment::segment_of(self as *const Slab as usize);
+        let index = (self as *const Slab as usize - seg) / core::mem::size_of::<Slab>();
+        (seg + (index << SLAB_SHIFT)) as *mut u8
+    }
+
+    /// Prepares a slab fresh from its segment for `class`, owned by `heap`.
+    pub fn init(&self, class: usize, heap: *mut Heap) {
+        let size = crate::size_class::CLASS_BYTES[class];
+        self.size.set(size);
+        self.class.set(class as u8);
+        self.div.set(DIVISORS[class]);
+        self.objects.set(crate::size_class::objects_per_slab(class));
+        self.carved.set(0);
+        self.inuse.set(0);
+        self.local_free.set(ptr::null_mut());
+        self.next.set(ptr::null_mut());
+        self.prev.set(ptr::null_mut());
+        self.state.set(OWNED);
+        self.owner.store(heap, Ordering::Relaxed);
+        // Relaxed: the slab came from the segment lock, nobody else knows it yet.
+        self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
+    }
+
+    /// Whether `p` is the start of an object slot of this slab.
+    #[inline(always)]
+    pub fn is_object_start(&self, p: *mut u8) -> bool {
+        let offset = (p as usize & (SLAB_BYTES - 1)) as u32;
+        self.div.get().divides(offset) && offset < self.objects.get() * self.size.get()
+    }
+
+    /// Carves up to `max` untouched objects into a fresh list; returns its
+    /// head and how many it carved. Touches only the carved objects' pages.
+    pub fn carve(&self, max: u32) -> (*mut u8, u32) {
+        let first = self.carved.get();
+        let n = max.min(self.objects.get() - first);
+        if n == 0 {
+            return (ptr::null_mut(), 0);
+        }
+        let size = self.size.get() as usize;
+        let base = self.start() as usize + first as usize * size;
+        let mut next = ptr::null_mut();
+        for i in (0..n as usize).rev() {
+            let obj = (base + i * size) as *mut u8;
+            // SAFETY: `obj` is an uncarved object inside this slab's mapping.
+            unsafe { set_next(obj, next) };
+            next = obj;
+        }
+        self.carved.set(first + n);
+        (next, n)
+    }
+
+    /// Objects not carved yet; they count as free.
+    pub fn uncarved(&self) -> u32 {
+        self.objects.get() - self.carved.get()
+    }
+}
+
+/// Length of a free list, stopping the process if it is longer than the slab
+/// could hold or leaves the slab (a corrupted list).
+pub fn list_len(mut obj: *mut u8, bound: u32) -> u32 {
+    let mut n = 0;
+    while !obj.is_null() {
+        n += 1;
+        // SAFETY: `obj` is on a free list of a slab we own or hold the lock of.
+        let next = unsafe { get_next(obj) };
+        if n > bound || !link_is_sane(obj, next) {
+            os::fatal(
+                "free list corrupted (write after free or overflow?)",
+                obj as usize,
+            );
+        }
+        obj = next;
+    }
+    n
+}
+
+/// Whether `target` is on the free list starting at `obj`.
+pub fn list_contains(mut obj: *mut u8, target: *mut u8, bound: u32) -> bool {
+    let mut n = 0;
+    while !obj.is_null() && n <= bound {
+        if obj == target {
+            return true;
+        }
+        n += 1;
+        // SAFETY: as in `list_len`.
+        let next = unsafe { get_next(obj) };
+        if !link_is_sane(obj, next) {
+            return false;
+        }
+        obj = next;
+    }
+    false
+}
+
+/// Appends list `a` in front of list `b`; returns the joined head. Walks `a`.
+pub fn list_join(a: *mut u8, b: *mut u8, bound: u32) -> *mut u8 {
+    if a.is_null() {
+        return b;
+    }
+    let mut tail = a;
+    let mut n = 0;
+    loop {
+        // SAFETY: as in `list_len`.
+        let next = unsafe { get_next(tail) };
+        n += 1;
+        if n > bound || !link_is_sane(tail, next) {
+            os::fatal(
+                "free list corrupted (write after free or overflow?)",
+                tail as usize,
+            );
+        }
+        if next.is_null() {
+            break;
+        }
+        tail = next;
+    }
+    // SAFETY: `tail` is the last object of list `a`, free and ours.
+    unsafe { set_next(tail, b) };
+    a
+}

@@ -1,0 +1,148 @@
+//! The allocator's one lock: a futex mutex that never allocates, can be
+//! declared in a `static`, and can be reset in a forked child.
+//!
+//! All atomics the allocator uses come from here, so a model checker can be
+//! swapped in at one place.
+
+pub use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use core::cell::UnsafeCell;
+
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+const CONTENDED: u32 = 2;
+
+/// A three-state futex lock (Drepper's "mutex 2"). Uncontended lock and unlock
+/// are one atomic instruction each.
+pub struct Lock {
+    state: AtomicU32,
+}
+
+impl Lock {
+    pub const fn new() -> Self {
+        Lock {
+            state: AtomicU32::new(UNLOCKED),
+        }
+    }
+
+    #[inline]
+    pub fn lock(&self) {
+        // Acquire: pairs with the Release in `unlock`, so the last holder's
+        // writes are visible to us.
+        if self
+            .state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        for _ in 0..64 {
+            core::hint::spin_loop();
+            if self.state.load(Ordering::Relaxed) == UNLOCKED
+                && self
+                    .state
+                    .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+        // Acquire: as in `lock`.
+        while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
+            futex(
+                &self.state,
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                CONTENDED,
+            );
+        }
+    }
+
+    #[inline]
+    pub fn unlock(&self) {
+        // Release: publishes the critical section; pairs with `lock`'s Acquire.
+        if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            futex(&self.state, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
+        }
+    }
+
+    /// Makes the lock free again in a forked child, where the threads that
+    /// might have held it no longer exist.
+    pub fn reset_in_child(&self) {
+        self.state.store(UNLOCKED, Ordering::Relaxed);
+    }
+
+    /// Takes the lock if it is free; never waits (for signal handlers).
+    pub fn try_lock(&self) -> bool {
+        // Acquire: as in `lock`.
+        self.state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    pub fn guard(&self) -> Guard<'_> {
+        self.lock();
+        Guard(self)
+    }
+}
+
+/// Unlocks on drop.
+pub struct Guard<'a>(&'a Lock);
+
+impl Drop for Guard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.unlock();
+    }
+}
+
+fn futex(word: &AtomicU32, op: i32, val: u32) {
+    let _keep = crate::os::ErrnoGuard::save();
+    // SAFETY: `word` is a live, aligned u32; FUTEX_WAIT/WAKE read it only.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            val,
+            core::ptr::null::<u8>(),
+            0,
+            0,
+        );
+    }
+}
+
+/// Data protected by a `Lock`, usable in a `static`.
+pub struct Locked<T> {
+    pub lock: Lock,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: `data` is reached only through `with`, which holds `lock`.
+unsafe impl<T: Send> Sync for Locked<T> {}
+
+impl<T> Locked<T> {
+    pub const fn new(v: T) -> Self {
+        Locked {
+            lock: Lock::new(),
+            data: UnsafeCell::new(v),
+        }
+    }
+
+    /// The protected data, for a reader that manages `lock` itself.
+    pub fn data_ptr(&self) -> *mut T {
+        self.data.get()
+    }
+
+    /// Runs `f` with the lock held.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let _g = self.lock.guard();
+        // SAFETY: the lock is held, so this is the only reference.
+        f(unsafe { &mut *self.data.get() })
+    }
+}

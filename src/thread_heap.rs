@@ -1,0 +1,773 @@
+//! Per-thread heaps: for each size class an active slab whose free list is
+//! detached into the heap (SLUB's `kmem_cache_cpu.freelist`) and a short
+//! thread partial list. The fast paths live here.
+//!
+//! A thread starts on `EMPTY_HEAP`, whose lists are all empty, so its first
+//! allocation takes the slow path, which creates its heap; no fast path tests
+//! for initialisation. A `pthread_key_create` destructor hands a dying
+//! thread's slabs to the node lists and folds its counters into the retired
+//! totals; afterwards the thread points at `DEAD_HEAP` and any further slow
+//! path uses the shared `ORPHAN_HEAP` under a lock.
+
+use core::cell::Cell;
+use core::ptr;
+
+use crate::node::{self, NODES};
+use crate::os;
+use crate::segment::{self, slab_of, SLAB_BYTES};
+use crate::size_class::{CLASS_BYTES, NUM_CLASSES};
+use crate::slab::{
+    self, get_next, link_is_sane, set_next, Slab, FREE, FULL, LISTED, OWNED, REMOTE_OWNED,
+};
+use crate::stats::{Counters, Ev};
+use crate::sync::{Lock, Locked, Ordering};
+
+/// Slabs a thread keeps on its partial list per class, besides the active one.
+const MAX_THREAD_PARTIAL: u32 = 4;
+
+/// Per class: the fast path's state and this thread's counters for the class.
+#[repr(C, align(64))]
+pub struct ClassHeap {
+    /// Free objects of `active`, detached from it: the allocation fast path.
+    pub free: Cell<*mut u8>,
+    pub active: Cell<*mut Slab>,
+    /// Thread partial list, linked through `Slab::next`.
+    pub partial: Cell<*mut Slab>,
+    pub partial_count: Cell<u32>,
+    pub ev: Counters,
+}
+
+#[repr(C, align(64))]
+pub struct Heap {
+    pub classes: [ClassHeap; NUM_CLASSES],
+    /// Registry links.
+    next: Cell<*mut Heap>,
+    prev: Cell<*mut Heap>,
+}
+
+// SAFETY: a heap's Cells are written only by its thread (or, for
+// ORPHAN_HEAP, under ORPHAN_LOCK); other threads read only its atomics.
+unsafe impl Sync for Heap {}
+
+impl ClassHeap {
+    const fn new() -> Self {
+        ClassHeap {
+            free: Cell::new(ptr::null_mut()),
+            active: Cell::new(ptr::null_mut()),
+            partial: Cell::new(ptr::null_mut()),
+            partial_count: Cell::new(0),
+            ev: Counters::new(),
+        }
+    }
+}
+
+impl Heap {
+    const fn new() -> Self {
+        Heap {
+            classes: [const { ClassHeap::new() }; NUM_CLASSES],
+            next: Cell::new(ptr::null_mut()),
+            prev: Cell::new(ptr::null_mut()),
+        }
+    }
+}
+
+static EMPTY_HEAP: Heap = Heap::new();
+static DEAD_HEAP: Heap = Heap::new();
+pub static ORPHAN_HEAP: Heap = Heap::new();
+static ORPHAN_LOCK: Lock = Lock::new();
+
+const EMPTY: *mut Heap = &EMPTY_HEAP as *const Heap as *mut Heap;
+const DEAD: *mut Heap = &DEAD_HEAP as *const Heap as *mut Heap;
+
+thread_local! {
+    /// This thread's heap. Const-initialised and without `Drop`, so reading it
+    /// never allocates or registers a destructor.
+    static HEAP: Cell<*mut Heap> = const { Cell::new(EMPTY) };
+}
+
+#[inline(always)]
+fn current() -> *mut Heap {
+    HEAP.with(|h| h.get())
+}
+
+// ---------------------------------------------------------------------------
+// Fast paths
+
+/// Allocates one object of `class`. Fast path: a TLS load, a pop from the
+/// detached free list, a link check, two stores and a counter increment.
+#[inline(always)]
+pub fn alloc(class: usize) -> *mut u8 {
+    let heap = current();
+    // SAFETY: `heap` is this thread's heap or a static one; `class` is in range.
+    let c = unsafe { (*heap).classes.get_unchecked(class) };
+    let obj = c.free.get();
+    if obj.is_null() {
+        return alloc_slow(class);
+    }
+    // SAFETY: `obj` is a free object of our active slab.
+    let next = unsafe { get_next(obj) };
+    if !link_is_sane(obj, next) {
+        corrupted_link(obj);
+    }
+    c.free.set(next);
+    // Clear the link: a stale one would look like a free block to `free`.
+    // SAFETY: `obj` is ours and at least 8 bytes.
+    unsafe { *(obj as *mut usize) = 0 };
+    c.ev.inc(Ev::AllocFast);
+    obj
+}
+
+/// Frees an object inside one of our segments. Fast path (the slab is ours):
+/// a TLS load, the slab from the address, an owner compare, the object-start
+/// test, the double-free test, a push on the slab's local list, a counter.
+///
+/// # Safety
+/// `p` lies inside a mapped segment (`segment::contains(p)`).
+#[inline(always)]
+pub unsafe fn free(p: *mut u8) {
+    let heap = current();
+    // SAFETY: per the contract, `p`'s segment header is mapped.
+    let slab = unsafe { &*slab_of(p) };
+    if slab.owner.load(Ordering::Relaxed) != heap {
+        return free_slow(slab, p);
+    }
+    if !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    // SAFETY: `p` is an object slot of a slab we own.
+    let looks_free = link_is_sane(p, unsafe { get_next(p) });
+    if looks_free {
+        return free_suspicious(heap, slab, p);
+    }
+    // SAFETY: `p` is a live object of our slab; it becomes free here.
+    unsafe { set_next(p, slab.local_free.get()) };
+    slab.local_free.set(p);
+    // SAFETY: the slab's class is in range.
+    unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) }
+        .ev
+        .inc(Ev::FreeFast);
+}
+
+/// Usable size of an object inside one of our segments.
+///
+/// # Safety
+/// As for `free`.
+#[inline]
+pub unsafe fn usable_size(p: *mut u8) -> usize {
+    // SAFETY: per the contract.
+    let slab = unsafe { &*slab_of(p) };
+    if slab.state.get() == FREE || !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    slab.size.get() as usize
+}
+
+/// The class of the slab holding `p` (for realloc in place).
+///
+/// # Safety
+/// As for `free`.
+pub unsafe fn class_of_ptr(p: *mut u8) -> usize {
+    // SAFETY: per the contract.
+    let slab = unsafe { &*slab_of(p) };
+    if slab.state.get() == FREE || !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    slab.class.get() as usize
+}
+
+#[cold]
+#[inline(never)]
+fn corrupted_link(obj: *mut u8) -> ! {
+    os::fatal(
+        "corrupted free list: a freed block was overwritten (write after free or overflow)",
+        obj as usize,
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn invalid_free(p: *mut u8) -> ! {
+    os::fatal(
+        "free of an invalid pointer (not the start of a block)",
+        p as usize,
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn double_free(p: *mut u8) -> ! {
+    os::fatal("double free", p as usize)
+}
+
+// ---------------------------------------------------------------------------
+// Slow paths
+
+/// Runs `f` with a heap this thread may use: its own (created on first use),
+/// or ORPHAN_HEAP under its lock for a thread past its exit destructor or
+/// when no heap could be mapped.
+#[inline(never)]
+fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
+    let mut heap = current();
+    if heap == EMPTY {
+        heap = create_heap();
+    }
+    if heap.is_null() || heap == DEAD {
+        ORPHAN_LOCK.lock();
+        let r = f(&ORPHAN_HEAP);
+        ORPHAN_LOCK.unlock();
+        return r;
+    }
+    // SAFETY: a heap from `create_heap` lives until this thread's destructor.
+    f(unsafe { &*heap })
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_slow(class: usize) -> *mut u8 {
+    with_slow_heap(|heap| refill_and_pop(heap, class))
+}
+
+fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
+    let c = &heap.classes[class];
+    if c.free.get().is_null() {
+        segment::purge_if_due();
+        if !refill(heap, class) {
+            return ptr::null_mut();
+        }
+    }
+    let obj = c.free.get();
+    // SAFETY: `refill` left a non-empty list of our active slab.
+    let next = unsafe { get_next(obj) };
+    if !link_is_sane(obj, next) {
+        corrupted_link(obj);
+    }
+    c.free.set(next);
+    // SAFETY: as in `alloc`.
+    unsafe { *(obj as *mut usize) = 0 };
+    c.ev.inc(Ev::AllocSlow);
+    obj
+}
+
+/// Fills `c.free`, from (in order) the active slab's own lists, the thread
+/// partial list, the node partial list, a new slab. False when out of memory.
+fn refill(heap: &Heap, class: usize) -> bool {
+    let c = &heap.classes[class];
+    loop {
+        let a = c.active.get();
+        if !a.is_null() {
+            // SAFETY: our active slab is a live descriptor we own.
+            let a = unsafe { &*a };
+            let local = a.local_free.replace(ptr::null_mut());
+            if !local.is_null() {
+                c.free.set(local);
+                c.ev.inc(Ev::RefillOwn);
+                return true;
+            }
+            // Acquire: pairs with the Release CAS of each remote free, so
+            // the links written by the freers are visible.
+            let remote =
+                (a.remote.0.swap(REMOTE_OWNED, Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+            if !remote.is_null() {
+                c.free.set(remote);
+                c.ev.inc(Ev::RefillOwn);
+                return true;
+            }
+            let batch = (4096 / a.size.get()).max(1);
+            let (list, n) = a.carve(batch);
+            if n > 0 {
+                c.free.set(list);
+                return true;
+            }
+            if !deactivate_full(heap, a) {
+                continue; // a remote free arrived meanwhile
+            }
+            c.active.set(ptr::null_mut());
+        }
+        let p = c.partial.get();
+        if !p.is_null() {
+            // SAFETY: slabs on our partial list are live and ours.
+            c.partial.set(unsafe { (*p).next.get() });
+            c.partial_count.set(c.partial_count.get() - 1);
+            c.ev.sub(Ev::ThreadPartial, 1);
+            c.active.set(p);
+            c.ev.inc(Ev::RefillPartial);
+            continue;
+        }
+        if take_from_node(heap, class) {
+            c.ev.inc(Ev::RefillNode);
+            continue;
+        }
+        let s = segment::alloc_slab();
+        if s.is_null() {
+            return false;
+        }
+        // SAFETY: a free slab from the segment lock is ours alone.
+        unsafe { (*s).init(class, heap as *const Heap as *mut Heap) };
+        c.ev.inc(Ev::SlabsNew);
+        c.active.set(s);
+    }
+}
+
+/// An exhausted active slab becomes FULL: unowned and on no list, as in
+/// SLUB's deactivation of a slab with no free object. Lock-free; fails if a
+/// remote free raced in.
+fn deactivate_full(heap: &Heap, a: &Slab) -> bool {
+    a.state.set(FULL);
+    a.inuse.set(a.objects.get());
+    a.owner.store(ptr::null_mut(), Ordering::Relaxed);
+    // Release: publishes state/inuse/owner to the freer that Acquire-loads 0.
+    if a.remote
+        .0
+        .compare_exchange(REMOTE_OWNED, 0, Ordering::Release, Ordering::Relaxed)
+        .is_ok()
+    {
+        return true;
+    }
+    a.state.set(OWNED);
+    a.owner
+        .store(heap as *const Heap as *mut Heap, Ordering::Relaxed);
+    false
+}
+
+/// Takes slabs from the node list: the first becomes active, more go to the
+/// thread partial list until half a slab of free objects is gathered.
+fn take_from_node(heap: &Heap, class: usize) -> bool {
+    let node = &NODES[class];
+    let c = &heap.classes[class];
+    if node.nr_partial.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    let _g = node.lock.guard();
+    let mut gathered = 0;
+    let mut got = false;
+    loop {
+        let s = node.first();
+        if s.is_null() {
+            break;
+        }
+        // SAFETY: listed slabs are live; the node lock is held.
+        let slab = unsafe { &*s };
+        node.remove(slab);
+        slab.state.set(OWNED);
+        slab.owner
+            .store(heap as *const Heap as *mut Heap, Ordering::Relaxed);
+        // Relaxed: freers read `remote` again under this lock before pushing.
+        slab.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
+        gathered += slab.objects.get() - slab.inuse.get();
+        if !got {
+            c.active.set(s);
+            got = true;
+        } else {
+            slab.next.set(c.partial.get());
+            c.partial.set(s);
+            c.partial_count.set(c.partial_count.get() + 1);
+            c.ev.add(Ev::ThreadPartial, 1);
+        }
+        if gathered >= slab.objects.get() / 2 || c.partial_count.get() >= MAX_THREAD_PARTIAL {
+            break;
+        }
+    }
+    got
+}
+
+/// A free by a thread that does not own the slab.
+#[cold]
+#[inline(never)]
+fn free_slow(slab: &Slab, p: *mut u8) {
+    with_slow_heap(|heap| free_unowned(heap, slab, p))
+}
+
+fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
+    let me = heap as *const Heap as *mut Heap;
+    loop {
+        // Acquire: pairs with the Release that made the slab unowned (or the
+        // CAS of an earlier freer), so its fields are visible.
+        let r = slab.remote.0.load(Ordering::Acquire);
+        if r & REMOTE_OWNED != 0 {
+            if slab.owner.load(Ordering::Relaxed) == me {
+                // ORPHAN_HEAP owns it, or our own slab reached the slow path.
+                return free_owned_slow(heap, slab, p);
+            }
+            if !slab.is_object_start(p) {
+                invalid_free(p);
+            }
+            // SAFETY: `p` is an object slot; reading its first word is safe.
+            if link_is_sane(p, unsafe { get_next(p) }) {
+                // Another thread owns the lists, so they cannot be walked;
+                // a block that already holds a valid link is a double free.
+                double_free(p);
+            }
+            // SAFETY: `p` is a live object the caller gives up.
+            unsafe { set_next(p, (r & !REMOTE_OWNED) as *mut u8) };
+            // Release: publishes the link above; pairs with the owner's
+            // Acquire swap in `refill` or `release`.
+            if slab
+                .remote
+                .0
+                .compare_exchange(
+                    r,
+                    p as usize | REMOTE_OWNED,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                heap.classes[slab.class.get() as usize]
+                    .ev
+                    .inc(Ev::FreeRemote);
+                return;
+            }
+            continue;
+        }
+        let class = slab.class.get() as usize;
+        let node = &NODES[class];
+        let _g = node.lock.guard();
+        if slab.remote.0.load(Ordering::Relaxed) != 0 {
+            continue; // a heap took the slab while we waited
+        }
+        let state = slab.state.get();
+        if state != LISTED && state != FULL {
+            os::fatal(
+                "free of a pointer whose slab is not in use (double free or invalid pointer)",
+                p as usize,
+            );
+        }
+        if !slab.is_object_start(p) {
+            invalid_free(p);
+        }
+        // SAFETY: `p` is an object slot of a slab under our lock.
+        if link_is_sane(p, unsafe { get_next(p) })
+            && slab::list_contains(slab.local_free.get(), p, slab.objects.get())
+        {
+            double_free(p);
+        }
+        // SAFETY: as above; the slab's lists are ours under the node lock.
+        unsafe { set_next(p, slab.local_free.get()) };
+        slab.local_free.set(p);
+        slab.inuse.set(slab.inuse.get() - 1);
+        heap.classes[class].ev.inc(Ev::FreeSlow);
+        if state == FULL {
+            // SLUB's __slab_free: a full slab that gets a free joins the list.
+            node.add(slab, true);
+        } else {
+            node.note_free();
+            if slab.inuse.get() == 0 && node.should_discard_empty() {
+                node.remove(slab);
+                node::discard(slab);
+                heap.classes[class].ev.inc(Ev::SlabsFreed);
+            }
+        }
+        return;
+    }
+}
+
+/// A free into a slab the heap owns, reached through the slow path.
+fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8) {
+    if !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    // SAFETY: `p` is an object slot of a slab we own.
+    if link_is_sane(p, unsafe { get_next(p) }) {
+        return free_suspicious(heap as *const Heap as *mut Heap, slab, p);
+    }
+    // SAFETY: as above.
+    unsafe { set_next(p, slab.local_free.get()) };
+    slab.local_free.set(p);
+    heap.classes[slab.class.get() as usize].ev.inc(Ev::FreeFast);
+}
+
+/// `p`'s first word decodes to a valid link: either `p` is already free, or
+/// the program stored something that looks like one. Walk our lists to know.
+#[cold]
+#[inline(never)]
+fn free_suspicious(heap: *mut Heap, slab: &Slab, p: *mut u8) {
+    // SAFETY: `heap` is the owner of `slab`, hence a live heap.
+    let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
+    let bound = slab.objects.get();
+    let remote = (slab.remote.0.load(Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+    let active = c.active.get() == slab as *const Slab as *mut Slab;
+    if slab::list_contains(slab.local_free.get(), p, bound)
+        || slab::list_contains(remote, p, bound)
+        || (active && slab::list_contains(c.free.get(), p, bound))
+    {
+        double_free(p);
+    }
+    // SAFETY: `p` is a live object of our slab.
+    unsafe { set_next(p, slab.local_free.get()) };
+    slab.local_free.set(p);
+    c.ev.inc(Ev::FreeFast);
+}
+
+/// Hands an owned slab to the node: its lists (and `detached`, the heap's
+/// list if it was active) are merged, counted, and the slab goes on the node
+/// list, becomes FULL, or returns to its segment if empty. Node lock held.
+fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
+    let node = &NODES[class];
+    let bound = slab.objects.get();
+    slab.owner.store(ptr::null_mut(), Ordering::Relaxed);
+    // Acquire: see the remote freers' links. After this swap freers see 0
+    // and queue on the node lock we hold.
+    let remote = (slab.remote.0.swap(0, Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+    let mut list = slab::list_join(detached, slab.local_free.get(), bound);
+    list = slab::list_join(remote, list, bound);
+    let free = slab::list_len(list, bound) + slab.uncarved();
+    slab.local_free.set(list);
+    slab.inuse.set(bound - free);
+    slab.next.set(ptr::null_mut());
+    if free == 0 {
+        slab.state.set(FULL);
+    } else if free == bound && node.should_discard_empty() {
+        node::discard(slab);
+        heap.classes[class].ev.inc(Ev::SlabsFreed);
+    } else {
+        node.add(slab, !remote.is_null());
+    }
+}
+
+/// Hands every slab of `heap` to the node lists (thread exit, trim).
+pub fn flush(heap: &Heap) {
+    for class in 0..NUM_CLASSES {
+        let c = &heap.classes[class];
+        if c.active.get().is_null() && c.partial.get().is_null() {
+            continue;
+        }
+        let _g = NODES[class].lock.guard();
+        let a = c.active.replace(ptr::null_mut());
+        if !a.is_null() {
+            // SAFETY: our active slab is live and ours.
+            release(heap, class, unsafe { &*a }, c.free.replace(ptr::null_mut()));
+        }
+        let mut p = c.partial.replace(ptr::null_mut());
+        while !p.is_null() {
+            // SAFETY: slabs on our partial list are live and ours.
+            let slab = unsafe { &*p };
+            p = slab.next.get();
+            release(heap, class, slab, ptr::null_mut());
+        }
+        c.ev.sub(Ev::ThreadPartial, c.partial_count.replace(0) as u64);
+    }
+}
+
+/// Flushes the calling thread's heap (for `malloc_trim`).
+pub fn flush_current() {
+    let heap = current();
+    if heap != EMPTY && heap != DEAD {
+        // SAFETY: a created heap lives until this thread's destructor.
+        flush(unsafe { &*heap });
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Heap creation, the registry, thread exit, fork
+
+pub struct Registry {
+    pub live: *mut Heap,
+    pub pool: *mut Heap,
+    pub retired: [[u64; Ev::COUNT]; NUM_CLASSES],
+    pub threads_alive: u64,
+    pub threads_exited: u64,
+}
+
+// SAFETY: the raw pointers are reached only under the registry lock.
+unsafe impl Send for Registry {}
+
+pub static REGISTRY: Locked<Registry> = Locked::new(Registry {
+    live: ptr::null_mut(),
+    pool: ptr::null_mut(),
+    retired: [[0; Ev::COUNT]; NUM_CLASSES],
+    threads_alive: 0,
+    threads_exited: 0,
+});
+
+static INIT: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+static mut KEY: libc::pthread_key_t = 0;
+
+/// Once per process: the free-list secret, options, the thread-exit key and
+/// the fork handlers. Nothing here allocates before `INIT` reads 2.
+fn init_process() {
+    if INIT.load(Ordering::Acquire) == 2 {
+        return;
+    }
+    if INIT
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        while INIT.load(Ordering::Acquire) != 2 {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        return;
+    }
+    slab::init_secret();
+    crate::options::get();
+    // SAFETY: KEY is written once, here, before INIT is published as 2.
+    unsafe { libc::pthread_key_create(&raw mut KEY, Some(thread_exit)) };
+    // Release: publishes KEY and the secret to threads that read INIT == 2.
+    INIT.store(2, Ordering::Release);
+    // SAFETY: the handlers are plain functions that only take and release locks.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    crate::report::install();
+}
+
+fn create_heap() -> *mut Heap {
+    init_process();
+    let bytes = core::mem::size_of::<Heap>();
+    let mut mem = REGISTRY.with(|r| {
+        let h = r.pool;
+        if !h.is_null() {
+            // SAFETY: pooled heaps are live mappings linked through `next`.
+            r.pool = unsafe { (*h).next.get() };
+        }
+        h
+    });
+    if mem.is_null() {
+        mem = os::map(bytes) as *mut Heap;
+        if mem.is_null() {
+            return ptr::null_mut();
+        }
+    }
+    // SAFETY: `mem` is a mapping of at least size_of::<Heap>() bytes, ours alone.
+    unsafe { ptr::write(mem, Heap::new()) };
+    REGISTRY.with(|r| {
+        // SAFETY: `mem` is initialised; registry members are live heaps.
+        unsafe {
+            (*mem).next.set(r.live);
+            if !r.live.is_null() {
+                (*r.live).prev.set(mem);
+            }
+        }
+        r.live = mem;
+        r.threads_alive += 1;
+    });
+    // SAFETY: KEY was created by init_process.
+    unsafe { libc::pthread_setspecific(KEY, mem as *const libc::c_void) };
+    HEAP.with(|h| h.set(mem));
+    mem
+}
+
+/// The pthread key destructor: this thread is exiting.
+extern "C" fn thread_exit(arg: *mut libc::c_void) {
+    let heap = arg as *mut Heap;
+    HEAP.with(|h| h.set(DEAD));
+    // SAFETY: `arg` is the heap this thread registered, still live.
+    let h = unsafe { &*heap };
+    flush(h);
+    REGISTRY.with(|r| {
+        for (class, c) in h.classes.iter().enumerate() {
+            for (i, total) in r.retired[class].iter_mut().enumerate() {
+                *total = total.wrapping_add(c.ev.get_index(i));
+            }
+        }
+        let (next, prev) = (h.next.get(), h.prev.get());
+        // SAFETY: neighbours are live registry members; lock held.
+        unsafe {
+            if prev.is_null() {
+                r.live = next;
+            } else {
+                (*prev).next.set(next);
+            }
+            if !next.is_null() {
+                (*next).prev.set(prev);
+            }
+        }
+        h.next.set(r.pool);
+        r.pool = heap;
+        r.threads_alive -= 1;
+        r.threads_exited += 1;
+    });
+}
+
+/// Sums every live heap's counters plus the retired totals into `out`;
+/// returns (threads alive, threads exited). With `wait == false` (a signal
+/// handler) it never blocks: if the registry lock is taken, it reads the
+/// lists without it, which is safe because heaps are never unmapped, only
+/// recycled, though a heap exiting at that moment may be missed.
+pub fn sum_counters(out: &mut [[u64; Ev::COUNT]; NUM_CLASSES], wait: bool) -> (u64, u64) {
+    let locked = if wait {
+        REGISTRY.lock.lock();
+        true
+    } else {
+        REGISTRY.lock.try_lock()
+    };
+    // SAFETY: with the lock held this is the only access; without it (signal
+    // handler) we only read, and every pointer reached is a live or pooled heap.
+    let r = unsafe { &*REGISTRY.data_ptr() };
+    *out = r.retired;
+    let mut add = |h: &Heap| {
+        for (class, c) in h.classes.iter().enumerate() {
+            for (i, total) in out[class].iter_mut().enumerate() {
+                *total = total.wrapping_add(c.ev.get_index(i));
+            }
+        }
+    };
+    add(&ORPHAN_HEAP);
+    let mut h = r.live;
+    while !h.is_null() {
+        // SAFETY: registry members are live heaps.
+        let heap = unsafe { &*h };
+        add(heap);
+        h = heap.next.get();
+    }
+    let threads = (r.threads_alive, r.threads_exited);
+    if locked {
+        REGISTRY.lock.unlock();
+    }
+    threads
+}
+
+/// Per class: free objects on heaps' detached lists, and thread partial
+/// slabs. Verification walk only; other threads must be quiescent.
+pub fn walk_heaps(detached: &mut [u64; NUM_CLASSES], thread_partial: &mut [u64; NUM_CLASSES]) {
+    REGISTRY.with(|r| {
+        let mut visit = |h: &Heap| {
+            for (class, c) in h.classes.iter().enumerate() {
+                let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
+                detached[class] += slab::list_len(c.free.get(), bound) as u64;
+                let mut p = c.partial.get();
+                while !p.is_null() {
+                    thread_partial[class] += 1;
+                    // SAFETY: partial slabs are live descriptors.
+                    p = unsafe { (*p).next.get() };
+                }
+            }
+        };
+        visit(&ORPHAN_HEAP);
+        let mut h = r.live;
+        while !h.is_null() {
+            // SAFETY: registry members are live heaps; lock held.
+            let heap = unsafe { &*h };
+            visit(heap);
+            h = heap.next.get();
+        }
+    })
+}
+
+extern "C" fn fork_prepare() {
+    ORPHAN_LOCK.lock();
+    REGISTRY.lock.lock();
+    for n in NODES.iter() {
+        n.lock.lock();
+    }
+    segment::lock().lock();
+    crate::large::lock().lock();
+}
+
+extern "C" fn fork_parent() {
+    crate::large::lock().unlock();
+    segment::lock().unlock();
+    for n in NODES.iter().rev() {
+        n.lock.unlock();
+    }
+    REGISTRY.lock.unlock();
+    ORPHAN_LOCK.unlock();
+}
+
+extern "C" fn fork_child() {
+    crate::large::lock().reset_in_child();
+    segment::lock().reset_in_child();
+    for n in NODES.iter() {
+        n.lock.reset_in_child();
+    }
+    REGISTRY.lock.reset_in_child();
+    ORPHAN_LOCK.reset_in_child();
+}

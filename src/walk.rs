@@ -1,0 +1,69 @@
+//! The verification walk: recounts, by visiting every heap, node list and
+//! slab, what the statistics keep incrementally. It exists to prove the
+//! counters exact (`tests/stats_exact.rs`); it is O(slabs) and takes locks.
+//! Other threads must not allocate or free while it runs.
+
+use crate::node::NODES;
+use crate::segment;
+use crate::size_class::NUM_CLASSES;
+use crate::slab::{self, REMOTE_OWNED};
+use crate::sync::Ordering;
+use crate::thread_heap;
+
+/// What the walk found for one size class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalkedCache {
+    pub objects_in_use: u64,
+    pub slabs: u64,
+    pub thread_partial_slabs: u64,
+    pub node_partial_slabs: u64,
+    pub partial_free_objects: u64,
+    /// Listed slabs whose `inuse` disagrees with their free list (must be 0).
+    pub inuse_mismatches: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Walk {
+    pub caches: [WalkedCache; NUM_CLASSES],
+    pub large_blocks: u64,
+}
+
+/// Walks everything. See the module comment for when it may be called.
+pub fn walk() -> Walk {
+    let mut caches = [WalkedCache::default(); NUM_CLASSES];
+    let mut detached = [0u64; NUM_CLASSES];
+    let mut thread_partial = [0u64; NUM_CLASSES];
+    thread_heap::walk_heaps(&mut detached, &mut thread_partial);
+    for (class, node) in NODES.iter().enumerate() {
+        let _g = node.lock.guard();
+        let w = &mut caches[class];
+        w.thread_partial_slabs = thread_partial[class];
+        node.for_each(|s| {
+            w.node_partial_slabs += 1;
+            let free = slab::list_len(s.local_free.get(), s.objects.get()) + s.uncarved();
+            w.partial_free_objects += free as u64;
+            if s.inuse.get() != s.objects.get() - free {
+                w.inuse_mismatches += 1;
+            }
+        });
+    }
+    let mut free_on_slabs = [0u64; NUM_CLASSES];
+    segment::for_each_slab(|s| {
+        let class = s.class.get() as usize;
+        let bound = s.objects.get();
+        let remote = (s.remote.0.load(Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+        let free = slab::list_len(s.local_free.get(), bound)
+            + slab::list_len(remote, bound)
+            + s.uncarved();
+        caches[class].slabs += 1;
+        caches[class].objects_in_use += bound as u64;
+        free_on_slabs[class] += free as u64;
+    });
+    for class in 0..NUM_CLASSES {
+        caches[class].objects_in_use -= free_on_slabs[class] + detached[class];
+    }
+    Walk {
+        caches,
+        large_blocks: crate::large::walk_count(),
+    }
+}
