@@ -229,3 +229,11 @@ pub unsafe extern "C" fn __posix_memalign(
     // SAFETY: per the contract.
     unsafe { posix_memalign(out_p, align, size) }
 }
+
+/// Recounts everything by walking and compares with the incremental
+/// counters: 0 when they agree (see `walk::check_stats`). Other threads must
+/// be quiescent. For tests and curious users; not part of the C standard.
+#[no_mangle]
+pub extern "C" fn slubmalloc_check_stats() -> c_int {
+    crate::walk::check_stats() as c_int
+}

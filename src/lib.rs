@@ -48,7 +48,7 @@ use core::alloc::{GlobalAlloc, Layout};
 pub use options::TABLE as ENVIRONMENT_VARIABLES;
 pub use size_class::{MAX_SMALL_BYTES, NUM_CLASSES};
 pub use stats::{stats, CacheStats, Stats, Totals};
-pub use walk::{walk, Walk, WalkedCache};
+pub use walk::{check_stats, walk, Walk, WalkedCache};
 
 /// The allocator. Use it as `#[global_allocator]`.
 pub struct SlubMalloc;

@@ -143,3 +143,68 @@ impl Divisor {
         offset.wrapping_mul(self.inverse).rotate_right(self.shift) <= self.limit
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_size_gets_the_smallest_class_that_holds_it() {
+        for size in 0..=MAX_SMALL_BYTES {
+            let c = class_of(size);
+            assert!(
+                CLASS_BYTES[c] as usize >= size,
+                "size {size} class {}",
+                CLASS_BYTES[c]
+            );
+            if c > 0 {
+                assert!(
+                    (CLASS_BYTES[c - 1] as usize) < size.max(1),
+                    "size {size} fits class {}",
+                    c - 1
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn classes_grow_and_are_16_byte_multiples_from_16() {
+        assert_eq!(CLASS_BYTES[0], 8);
+        assert_eq!(CLASS_BYTES[NUM_CLASSES - 1] as usize, MAX_SMALL_BYTES);
+        for w in CLASS_BYTES.windows(2) {
+            assert!(w[0] < w[1]);
+            assert_eq!(w[1] % 16, 0);
+        }
+    }
+
+    #[test]
+    fn aligned_classes_are_multiples_of_the_alignment() {
+        for shift in 0..=15 {
+            let align = 1usize << shift;
+            for size in (0..=MAX_SMALL_BYTES).step_by(7) {
+                match class_for(size, align) {
+                    Some(c) => {
+                        let bytes = CLASS_BYTES[c] as usize;
+                        assert!(bytes >= size && bytes % align.min(16).max(align.min(bytes)) == 0);
+                        assert_eq!(bytes % align, 0, "size {size} align {align} class {bytes}");
+                    }
+                    None => assert!(size.max(align) > MAX_SMALL_BYTES),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn divisibility_test_is_exact_for_every_offset_in_a_slab() {
+        for (c, d) in DIVISORS.iter().enumerate() {
+            let size = CLASS_BYTES[c];
+            for offset in 0..SLAB_BYTES as u32 {
+                assert_eq!(
+                    d.divides(offset),
+                    offset % size == 0,
+                    "class {size} offset {offset}"
+                );
+            }
+        }
+    }
+}

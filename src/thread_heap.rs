@@ -379,6 +379,9 @@ fn free_slow(slab: &Slab, p: *mut u8) {
 
 fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
     let me = heap as *const Heap as *mut Heap;
+    // Read before the loop writes a link into `p` (a failed CAS retries).
+    // SAFETY: `p` lies in a mapped slab; its first word is readable.
+    let looks_free = link_is_sane(p, unsafe { get_next(p) });
     loop {
         // Acquire: pairs with the Release that made the slab unowned (or the
         // CAS of an earlier freer), so its fields are visible.
@@ -391,8 +394,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
             if !slab.is_object_start(p) {
                 invalid_free(p);
             }
-            // SAFETY: `p` is an object slot; reading its first word is safe.
-            if link_is_sane(p, unsafe { get_next(p) }) {
+            if looks_free {
                 // Another thread owns the lists, so they cannot be walked;
                 // a block that already holds a valid link is a double free.
                 double_free(p);
@@ -435,10 +437,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
         if !slab.is_object_start(p) {
             invalid_free(p);
         }
-        // SAFETY: `p` is an object slot of a slab under our lock.
-        if link_is_sane(p, unsafe { get_next(p) })
-            && slab::list_contains(slab.local_free.get(), p, slab.objects.get())
-        {
+        if looks_free && slab::list_contains(slab.local_free.get(), p, slab.objects.get()) {
             double_free(p);
         }
         // SAFETY: as above; the slab's lists are ours under the node lock.

@@ -67,3 +67,42 @@ pub fn walk() -> Walk {
         large_blocks: crate::large::walk_count(),
     }
 }
+
+/// Compares `walk()` with `stats()` class by class; writes each mismatch to
+/// stderr and returns how many classes disagree (0: the counters are exact).
+/// Same calling conditions as `walk`.
+pub fn check_stats() -> usize {
+    use core::fmt::Write;
+    let w = walk();
+    let s = crate::stats::stats();
+    let mut bad = 0;
+    for (c, got) in s.caches().zip(w.caches.iter()) {
+        let kept = WalkedCache {
+            objects_in_use: c.objects_in_use,
+            slabs: c.slabs,
+            thread_partial_slabs: c.thread_partial_slabs,
+            node_partial_slabs: c.node_partial_slabs,
+            partial_free_objects: c.partial_free_objects,
+            inuse_mismatches: 0,
+        };
+        if kept != *got {
+            bad += 1;
+            let mut out = crate::fmt::FdWriter::new(2);
+            let _ = writeln!(
+                out,
+                "slubmalloc: class {} B: counters {:?} but walk {:?}",
+                c.object_size, kept, got
+            );
+        }
+    }
+    if s.totals.large_blocks != w.large_blocks {
+        bad += 1;
+        let mut out = crate::fmt::FdWriter::new(2);
+        let _ = writeln!(
+            out,
+            "slubmalloc: large blocks: counters {} but walk {}",
+            s.totals.large_blocks, w.large_blocks
+        );
+    }
+    bad
+}

@@ -1,0 +1,90 @@
+//! Shared by the tests that run C programs under `LD_PRELOAD`: builds the
+//! preload library once (in its own target directory, so it never waits on
+//! the lock of the `cargo test` that runs us), compiles C sources with `cc`,
+//! and runs programs with the library preloaded.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn out_dir() -> PathBuf {
+    root().join("target").join("preload")
+}
+
+/// `libslubmalloc.so` built with `--release --features override`.
+pub fn preload_lib() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--features",
+                "override",
+                "--lib",
+                "--target-dir",
+            ])
+            .arg(out_dir())
+            .current_dir(root())
+            .status()
+            .expect("run cargo build for the preload library");
+        assert!(status.success(), "building the preload library failed");
+        out_dir().join("release").join("libslubmalloc.so")
+    })
+    .clone()
+}
+
+/// Compiles `tests/c/<name>.c` (plus `extra` flags) into an executable.
+pub fn compile_c(name: &str, extra: &[&str]) -> PathBuf {
+    let src = root().join("tests").join("c").join(format!("{name}.c"));
+    let dir = out_dir().join("c");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(extra)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Runs `program args` with the library preloaded and `env` set.
+pub fn run_preloaded(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args).env("LD_PRELOAD", preload_lib());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run preloaded program")
+}
+
+/// Runs `program args` without the preload, for comparison.
+pub fn run_plain(program: &Path, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run program")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
