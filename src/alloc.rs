@@ -60,6 +60,21 @@ pub unsafe fn free(p: *mut u8) {
     }
 }
 
+/// Frees a block whose size and alignment are known (Rust's `dealloc`): the
+/// layout tells slab from large block, so the segment map is not consulted.
+///
+/// # Safety
+/// `p` is a live block allocated by `alloc(size, align)` or resized to `size`.
+#[inline(always)]
+pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
+    if size.max(align) <= MAX_SMALL_BYTES {
+        // SAFETY: such a layout is always served from a slab.
+        unsafe { thread_heap::free(p) }
+    } else {
+        free_large(p)
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn free_large(p: *mut u8) {

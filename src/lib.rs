@@ -62,9 +62,9 @@ unsafe impl GlobalAlloc for SlubMalloc {
     }
 
     #[inline]
-    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
-        // SAFETY: the caller passes a live block from this allocator.
-        unsafe { alloc::free(ptr) }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller passes a live block allocated with `layout`.
+        unsafe { alloc::free_with_layout(ptr, layout.size(), layout.align()) }
     }
 
     #[inline]

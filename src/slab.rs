@@ -104,7 +104,7 @@ pub struct Slab {
     /// List links: thread partial list (`next` only) or node list (both).
     pub next: Cell<*mut Slab>,
     pub prev: Cell<*mut Slab>,
-    /// Divisibility test for "is this the start of an object".
+    /// The test for "is this the start of an object slot".
     pub div: Cell<Divisor>,
     /// Objects handed out or detached into a heap; exact when not OWNED.
     pub inuse: Cell<u32>,
@@ -157,7 +157,7 @@ impl Slab {
     #[inline(always)]
     pub fn is_object_start(&self, p: *mut u8) -> bool {
         let offset = (p as usize & (SLAB_BYTES - 1)) as u32;
-        self.div.get().divides(offset) && offset < self.objects.get() * self.size.get()
+        self.div.get().is_slot(offset)
     }
 
     /// Carves up to `max` untouched objects into a fresh list; returns its
