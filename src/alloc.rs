@@ -15,7 +15,7 @@ use crate::thread_heap;
 #[inline(always)]
 pub fn malloc(size: usize) -> *mut u8 {
     if size <= MAX_SMALL_BYTES {
-        thread_heap::alloc(class_of(size))
+        thread_heap::alloc(class_of(size), size, 16)
     } else {
         large::alloc(size, 16, false)
     }
@@ -25,7 +25,7 @@ pub fn malloc(size: usize) -> *mut u8 {
 #[inline(always)]
 pub fn alloc(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
-        Some(class) => thread_heap::alloc(class),
+        Some(class) => thread_heap::alloc(class, size, align),
         None => large::alloc(size, align, false),
     }
 }
@@ -34,7 +34,7 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
 pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
         Some(class) => {
-            let p = thread_heap::alloc(class);
+            let p = thread_heap::alloc(class, size, align);
             if !p.is_null() {
                 // SAFETY: `p` holds at least `size` bytes.
                 unsafe { ptr::write_bytes(p, 0, size) };
@@ -67,11 +67,14 @@ pub unsafe fn free(p: *mut u8) {
 /// `p` is a live block allocated by `alloc(size, align)` or resized to `size`.
 #[inline(always)]
 pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
-    if size.max(align) <= MAX_SMALL_BYTES {
+    // Sizes near the largest class may be large blocks in debug mode (the
+    // red zone makes them bigger), so those ask the segment map.
+    if size.max(align) <= MAX_SMALL_BYTES - crate::debug::EXTRA_BYTES {
         // SAFETY: such a layout is always served from a slab.
         unsafe { thread_heap::free(p) }
     } else {
-        free_large(p)
+        // SAFETY: per the contract.
+        unsafe { free(p) }
     }
 }
 
@@ -114,10 +117,14 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     let old_size = if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
         let class = unsafe { thread_heap::class_of_ptr(p) };
-        if class_for(new_size, align) == Some(class) {
+        if crate::debug::enabled() {
+            // SAFETY: as above; the red zone moves with the size, so no in-place.
+            unsafe { thread_heap::usable_size(p) }
+        } else if class_for(new_size, align) == Some(class) {
             return p;
+        } else {
+            CLASS_BYTES[class] as usize
         }
-        CLASS_BYTES[class] as usize
     } else {
         if align <= os::PAGE_BYTES {
             if let Some(q) = large::realloc(p, new_size) {

@@ -26,6 +26,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod alloc;
+mod debug;
 mod fmt;
 mod large;
 mod node;

@@ -24,6 +24,8 @@ pub struct Options {
     /// Signal that asks for a report (0: none).
     pub stats_signal: i32,
     pub purge_delay_ms: u64,
+    /// Red zones, poisoning and list checks (`debug.rs`).
+    pub debug: bool,
 }
 
 /// Name, default, meaning: the README's table is this table.
@@ -56,6 +58,7 @@ const DEFAULT: Options = Options {
     stats_file_len: 0,
     stats_signal: 0,
     purge_delay_ms: 100,
+    debug: false,
 };
 
 static STATE: AtomicU32 = AtomicU32::new(0);
@@ -161,6 +164,17 @@ fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
                 true
             }
             None => false,
+        },
+        b"SLUBMALLOC_DEBUG" => match value {
+            b"0" | b"" => {
+                o.debug = false;
+                true
+            }
+            b"1" => {
+                o.debug = true;
+                true
+            }
+            _ => false,
         },
         _ => {
             warn(b"unknown variable ", name, b" ignored");

@@ -12,6 +12,7 @@
 use core::cell::Cell;
 use core::ptr;
 
+use crate::debug;
 use crate::node::{self, NODES};
 use crate::os;
 use crate::segment::{self, slab_of, SLAB_BYTES};
@@ -34,6 +35,9 @@ pub struct ClassHeap {
     /// Thread partial list, linked through `Slab::next`.
     pub partial: Cell<*mut Slab>,
     pub partial_count: Cell<u32>,
+    /// In debug mode the detached list waits here, so that `free` stays
+    /// empty and every allocation takes the slow path.
+    pub stash: Cell<*mut u8>,
     pub ev: Counters,
 }
 
@@ -56,6 +60,7 @@ impl ClassHeap {
             active: Cell::new(ptr::null_mut()),
             partial: Cell::new(ptr::null_mut()),
             partial_count: Cell::new(0),
+            stash: Cell::new(ptr::null_mut()),
             ev: Counters::new(),
         }
     }
@@ -90,19 +95,27 @@ fn current() -> *mut Heap {
     HEAP.with(|h| h.get())
 }
 
+/// The value a heap stores in `Slab::owner`: the heap, with bit 0 set in
+/// debug mode so that the free fast path's owner compare always fails.
+#[inline]
+fn owner_tag(heap: &Heap) -> *mut Heap {
+    (heap as *const Heap as usize | debug::enabled() as usize) as *mut Heap
+}
+
 // ---------------------------------------------------------------------------
 // Fast paths
 
-/// Allocates one object of `class`. Fast path: a TLS load, a pop from the
-/// detached free list, a link check, two stores and a counter increment.
+/// Allocates one object of `class` for a request of `size` bytes at `align`
+/// (used only by the debug slow path). Fast path: a TLS load, a pop from
+/// the detached free list, a link check, two stores and a counter increment.
 #[inline(always)]
-pub fn alloc(class: usize) -> *mut u8 {
+pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
     let heap = current();
     // SAFETY: `heap` is this thread's heap or a static one; `class` is in range.
     let c = unsafe { (*heap).classes.get_unchecked(class) };
     let obj = c.free.get();
     if obj.is_null() {
-        return alloc_slow(class);
+        return alloc_slow(class, size, align);
     }
     // SAFETY: `obj` is a free object of our active slab.
     let next = unsafe { get_next(obj) };
@@ -158,6 +171,9 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
     let slab = unsafe { &*slab_of(p) };
     if slab.state.get() == FREE || !slab.is_object_start(p) {
         invalid_free(p);
+    }
+    if debug::enabled() {
+        return debug::requested_size(slab, p);
     }
     slab.size.get() as usize
 }
@@ -223,12 +239,24 @@ fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
 
 #[cold]
 #[inline(never)]
-fn alloc_slow(class: usize) -> *mut u8 {
+fn alloc_slow(class: usize, size: usize, align: usize) -> *mut u8 {
+    if debug::enabled() {
+        return debug::alloc(size, align);
+    }
+    alloc_in_slow_path(class)
+}
+
+/// One object of `class`, through the slow path (the debug allocator's way).
+pub fn alloc_in_slow_path(class: usize) -> *mut u8 {
     with_slow_heap(|heap| refill_and_pop(heap, class))
 }
 
 fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     let c = &heap.classes[class];
+    let debug = debug::enabled();
+    if debug {
+        c.free.set(c.stash.replace(ptr::null_mut()));
+    }
     if c.free.get().is_null() {
         segment::purge_if_due();
         if !refill(heap, class) {
@@ -245,6 +273,9 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     // SAFETY: as in `alloc`.
     unsafe { *(obj as *mut usize) = 0 };
     c.ev.inc(Ev::AllocSlow);
+    if debug {
+        c.stash.set(c.free.replace(ptr::null_mut()));
+    }
     obj
 }
 
@@ -275,6 +306,9 @@ fn refill(heap: &Heap, class: usize) -> bool {
             let batch = (4096 / a.size.get()).max(1);
             let (list, n) = a.carve(batch);
             if n > 0 {
+                if debug::enabled() {
+                    debug::poison_list(list, a.size.get() as usize);
+                }
                 c.free.set(list);
                 return true;
             }
@@ -302,7 +336,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
             return false;
         }
         // SAFETY: a free slab from the segment lock is ours alone.
-        unsafe { (*s).init(class, heap as *const Heap as *mut Heap) };
+        unsafe { (*s).init(class, owner_tag(heap)) };
         c.ev.inc(Ev::SlabsNew);
         c.active.set(s);
     }
@@ -324,8 +358,7 @@ fn deactivate_full(heap: &Heap, a: &Slab) -> bool {
         return true;
     }
     a.state.set(OWNED);
-    a.owner
-        .store(heap as *const Heap as *mut Heap, Ordering::Relaxed);
+    a.owner.store(owner_tag(heap), Ordering::Relaxed);
     false
 }
 
@@ -349,8 +382,7 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
         let slab = unsafe { &*s };
         node.remove(slab);
         slab.state.set(OWNED);
-        slab.owner
-            .store(heap as *const Heap as *mut Heap, Ordering::Relaxed);
+        slab.owner.store(owner_tag(heap), Ordering::Relaxed);
         // Relaxed: freers read `remote` again under this lock before pushing.
         slab.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
         gathered += slab.objects.get() - slab.inuse.get();
@@ -378,7 +410,13 @@ fn free_slow(slab: &Slab, p: *mut u8) {
 }
 
 fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
-    let me = heap as *const Heap as *mut Heap;
+    let me = owner_tag(heap);
+    if debug::enabled() {
+        if slab.state.get() == FREE || !slab.is_object_start(p) {
+            invalid_free(p);
+        }
+        debug::on_free(slab, p);
+    }
     // Read before the loop writes a link into `p` (a failed CAS retries).
     // SAFETY: `p` lies in a mapped slab; its first word is readable.
     let looks_free = link_is_sane(p, unsafe { get_next(p) });
@@ -469,10 +507,19 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8) {
     if link_is_sane(p, unsafe { get_next(p) }) {
         return free_suspicious(heap as *const Heap as *mut Heap, slab, p);
     }
-    // SAFETY: as above.
-    unsafe { set_next(p, slab.local_free.get()) };
-    slab.local_free.set(p);
-    heap.classes[slab.class.get() as usize].ev.inc(Ev::FreeFast);
+    let c = &heap.classes[slab.class.get() as usize];
+    if debug::enabled() && c.active.get() == slab as *const Slab as *mut Slab {
+        // Debug mode reuses the block freed last first, so that a write
+        // after free is caught by the very next allocation of the class.
+        // SAFETY: as above; the stash is the active slab's detached list.
+        unsafe { set_next(p, c.stash.get()) };
+        c.stash.set(p);
+    } else {
+        // SAFETY: as above.
+        unsafe { set_next(p, slab.local_free.get()) };
+        slab.local_free.set(p);
+    }
+    c.ev.inc(Ev::FreeFast);
 }
 
 /// `p`'s first word decodes to a valid link: either `p` is already free, or
@@ -488,6 +535,7 @@ fn free_suspicious(heap: *mut Heap, slab: &Slab, p: *mut u8) {
     if slab::list_contains(slab.local_free.get(), p, bound)
         || slab::list_contains(remote, p, bound)
         || (active && slab::list_contains(c.free.get(), p, bound))
+        || (active && slab::list_contains(c.stash.get(), p, bound))
     {
         double_free(p);
     }
@@ -534,7 +582,12 @@ pub fn flush(heap: &Heap) {
         let a = c.active.replace(ptr::null_mut());
         if !a.is_null() {
             // SAFETY: our active slab is live and ours.
-            release(heap, class, unsafe { &*a }, c.free.replace(ptr::null_mut()));
+            let detached = slab::list_join(
+                c.free.replace(ptr::null_mut()),
+                c.stash.replace(ptr::null_mut()),
+                u32::MAX,
+            );
+            release(heap, class, unsafe { &*a }, detached);
         }
         let mut p = c.partial.replace(ptr::null_mut());
         while !p.is_null() {
@@ -722,6 +775,7 @@ pub fn walk_heaps(detached: &mut [u64; NUM_CLASSES], thread_partial: &mut [u64; 
             for (class, c) in h.classes.iter().enumerate() {
                 let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
                 detached[class] += slab::list_len(c.free.get(), bound) as u64;
+                detached[class] += slab::list_len(c.stash.get(), bound) as u64;
                 let mut p = c.partial.get();
                 while !p.is_null() {
                     thread_partial[class] += 1;

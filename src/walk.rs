@@ -70,11 +70,28 @@ pub fn walk() -> Walk {
 
 /// Compares `walk()` with `stats()` class by class; writes each mismatch to
 /// stderr and returns how many classes disagree (0: the counters are exact).
-/// Same calling conditions as `walk`.
+/// Other threads should be quiescent; so that a thread that allocates now
+/// and then (a test harness printing) cannot cause a false mismatch, the
+/// comparison is made on a walk during which the counters did not change,
+/// retried up to a thousand times.
 pub fn check_stats() -> usize {
+    for _ in 0..1000 {
+        let before = crate::stats::stats();
+        let w = walk();
+        let after = crate::stats::stats();
+        if before.caches().eq(after.caches())
+            && before.totals.large_blocks == after.totals.large_blocks
+        {
+            return report_mismatches(&before, &w);
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    report_mismatches(&crate::stats::stats(), &walk())
+}
+
+fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
     use core::fmt::Write;
-    let w = walk();
-    let s = crate::stats::stats();
     let mut bad = 0;
     for (c, got) in s.caches().zip(w.caches.iter()) {
         let kept = WalkedCache {

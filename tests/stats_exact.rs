@@ -9,9 +9,23 @@ static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Compares a walk with the counters at a quiet moment: the test harness's
+/// own thread may allocate while it reports the previous test, so take a
+/// walk during which the counters did not move.
 fn assert_walk_agrees() {
-    let walked = slubmalloc::walk();
-    let kept = slubmalloc::stats();
+    let (kept, walked) = (0..1000)
+        .find_map(|_| {
+            let before = slubmalloc::stats();
+            let walked = slubmalloc::walk();
+            let after = slubmalloc::stats();
+            let quiet = before.caches().eq(after.caches())
+                && before.totals.large_blocks == after.totals.large_blocks;
+            if !quiet {
+                std::thread::yield_now();
+            }
+            quiet.then_some((before, walked))
+        })
+        .expect("the counters never stood still for a walk");
     for (i, (c, w)) in kept.caches().zip(walked.caches.iter()).enumerate() {
         assert_eq!(
             c.objects_in_use, w.objects_in_use,
