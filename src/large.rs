@@ -210,6 +210,7 @@ pub enum Freed {
 pub fn free(p: *mut u8) -> Freed {
     let p = p as usize;
     let mut to_unmap = None;
+    let mut cached = false;
     let r = LARGE.with(|t| {
         let Some(i) = t.find(p) else {
             return if t.freed.contains(&p) {
@@ -235,6 +236,7 @@ pub fn free(p: *mut u8) -> Freed {
                 t.cache[s] = (e.base, e.len);
                 t.cached_bytes += e.len;
                 g.large_cached.fetch_add(e.len as u64, Ordering::Relaxed);
+                cached = true;
             }
             _ => to_unmap = Some((e.base, e.len)),
         }
@@ -242,6 +244,9 @@ pub fn free(p: *mut u8) -> Freed {
     });
     if let Some((base, len)) = to_unmap {
         unmap(base, len);
+    }
+    if cached {
+        crate::segment::schedule_purge();
     }
     r
 }

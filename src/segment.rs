@@ -5,7 +5,8 @@
 //! A bitmap over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
 //! Free slabs are purged (MADV_DONTNEED) after a delay; wholly empty segments
-//! beyond a small cache are unmapped.
+//! beyond a small cache are unmapped. The same deadline empties the large
+//! block cache. Lock order: node -> segments -> large.
 
 use core::ptr;
 
@@ -137,12 +138,24 @@ pub fn free_slab(slab: *mut Slab) {
         seg.free_mask |= 1 << index;
         seg.dirty_mask |= 1 << index;
         let now = os::now_ns();
-        if s.purge_at_ns == 0 {
-            s.purge_at_ns = now + crate::options::get().purge_delay_ms * 1_000_000;
-            PURGE_AT_NS.store(s.purge_at_ns, Ordering::Relaxed);
-        }
+        schedule_locked(s, now);
         purge_if_due_locked(s, now);
     })
+}
+
+/// Sets the purge deadline, unless one is already pending. Lock held.
+fn schedule_locked(s: &mut Segments, now: u64) {
+    if s.purge_at_ns == 0 {
+        s.purge_at_ns = now + crate::options::get().purge_delay_ms * 1_000_000;
+        PURGE_AT_NS.store(s.purge_at_ns, Ordering::Relaxed);
+    }
+}
+
+/// Asks for a purge after the delay (large blocks put in their cache).
+pub fn schedule_purge() {
+    if PURGE_AT_NS.load(Ordering::Relaxed) == 0 {
+        SEGMENTS.with(|s| schedule_locked(s, os::now_ns()));
+    }
 }
 
 fn new_segment(s: &mut Segments) -> *mut Segment {
@@ -194,6 +207,7 @@ fn purge_if_due_locked(s: &mut Segments, now: u64) {
     }
     s.purge_at_ns = 0;
     PURGE_AT_NS.store(0, Ordering::Relaxed);
+    crate::large::purge_cache();
     let mut empty_kept = 0;
     let mut seg = s.all;
     while !seg.is_null() {
