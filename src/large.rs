@@ -64,8 +64,13 @@ fn hash(p: usize, cap: usize) -> usize {
 }
 
 impl Table {
-    fn slot(&self, i: usize) -> &mut Entry {
+    fn slot(&self, i: usize) -> Entry {
         // SAFETY: i < cap and `slots` maps `cap` entries; lock held.
+        unsafe { *self.slots.add(i) }
+    }
+
+    fn slot_mut(&mut self, i: usize) -> &mut Entry {
+        // SAFETY: as in `slot`, and `&mut self` makes this access unique.
         unsafe { &mut *self.slots.add(i) }
     }
 
@@ -95,7 +100,7 @@ impl Table {
         if self.slot(i).ptr == EMPTY {
             self.used += 1;
         }
-        *self.slot(i) = e;
+        *self.slot_mut(i) = e;
         true
     }
 
@@ -219,8 +224,8 @@ pub fn free(p: *mut u8) -> Freed {
                 Freed::NotOurs
             };
         };
-        let e = *t.slot(i);
-        t.slot(i).ptr = TOMBSTONE;
+        let e = t.slot(i);
+        t.slot_mut(i).ptr = TOMBSTONE;
         t.freed[t.freed_next] = p;
         t.freed_next = (t.freed_next + 1) % FREED_RING;
         let g = crate::stats::global();
@@ -256,7 +261,7 @@ pub fn usable_size(p: *mut u8) -> Option<usize> {
     let p = p as usize;
     LARGE.with(|t| {
         t.find(p).map(|i| {
-            let e = *t.slot(i);
+            let e = t.slot(i);
             e.base + e.len - p
         })
     })
@@ -276,7 +281,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
     let p = p as usize;
     LARGE.with(|t| {
         let i = t.find(p)?;
-        let e = *t.slot(i);
+        let e = t.slot(i);
         if e.base != p {
             return None;
         }
@@ -302,7 +307,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             Ordering::Relaxed,
         );
         let i = t.find(p).unwrap_or(i); // `grow` may have moved it
-        t.slot(i).ptr = TOMBSTONE;
+        t.slot_mut(i).ptr = TOMBSTONE;
         t.insert(Entry {
             ptr: q,
             base: q,

@@ -2,6 +2,7 @@
 //! allocating. Every variable is in `TABLE`, with its default and meaning; an
 //! unknown `SLUBMALLOC_*` name or a bad value gets one warning on stderr.
 
+use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
 use crate::sync::{AtomicU32, Ordering};
@@ -62,7 +63,14 @@ const DEFAULT: Options = Options {
 };
 
 static STATE: AtomicU32 = AtomicU32::new(0);
-static mut OPTIONS: Options = DEFAULT;
+
+/// Written once by `init` before STATE becomes 2, read-only afterwards.
+struct OptionsCell(UnsafeCell<Options>);
+
+// SAFETY: see `get` and `init`: one writer before publication, then readers.
+unsafe impl Sync for OptionsCell {}
+
+static OPTIONS: OptionsCell = OptionsCell(UnsafeCell::new(DEFAULT));
 
 extern "C" {
     static environ: *const *const c_char;
@@ -75,7 +83,7 @@ pub fn get() -> &'static Options {
     }
     // SAFETY: OPTIONS is written only before STATE becomes 2 (Release), and
     // we observed 2 with Acquire (here or in `init`).
-    unsafe { &*(&raw const OPTIONS) }
+    unsafe { &*OPTIONS.0.get() }
 }
 
 #[cold]
@@ -92,7 +100,7 @@ fn init() {
     let parsed = parse_environ();
     // SAFETY: we won the 0 -> 1 transition, so we are the only writer, and no
     // reader looks before STATE becomes 2.
-    unsafe { OPTIONS = parsed };
+    unsafe { *OPTIONS.0.get() = parsed };
     // Release: publishes OPTIONS; pairs with the Acquire in `get`.
     STATE.store(2, Ordering::Release);
 }

@@ -53,7 +53,7 @@ const fn lookup_table() -> [u8; LOOKUP_MAX / 8 + 1] {
         t[i] = if size <= 8 {
             0
         } else if size <= 128 {
-            ((size + 15) / 16) as u8
+            size.div_ceil(16) as u8
         } else {
             class_by_log(size) as u8
         };

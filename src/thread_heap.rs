@@ -508,7 +508,7 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8) {
         return free_suspicious(heap as *const Heap as *mut Heap, slab, p);
     }
     let c = &heap.classes[slab.class.get() as usize];
-    if debug::enabled() && c.active.get() == slab as *const Slab as *mut Slab {
+    if debug::enabled() && core::ptr::eq(c.active.get(), slab) {
         // Debug mode reuses the block freed last first, so that a write
         // after free is caught by the very next allocation of the class.
         // SAFETY: as above; the stash is the active slab's detached list.
@@ -531,7 +531,7 @@ fn free_suspicious(heap: *mut Heap, slab: &Slab, p: *mut u8) {
     let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
     let bound = slab.objects.get();
     let remote = (slab.remote.0.load(Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
-    let active = c.active.get() == slab as *const Slab as *mut Slab;
+    let active = core::ptr::eq(c.active.get(), slab);
     if slab::list_contains(slab.local_free.get(), p, bound)
         || slab::list_contains(remote, p, bound)
         || (active && slab::list_contains(c.free.get(), p, bound))
@@ -573,8 +573,7 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
 
 /// Hands every slab of `heap` to the node lists (thread exit, trim).
 pub fn flush(heap: &Heap) {
-    for class in 0..NUM_CLASSES {
-        let c = &heap.classes[class];
+    for (class, c) in heap.classes.iter().enumerate() {
         if c.active.get().is_null() && c.partial.get().is_null() {
             continue;
         }
