@@ -39,6 +39,7 @@ mod slab;
 mod stats;
 mod sync;
 mod thread_heap;
+mod tls;
 mod walk;
 
 #[cfg(feature = "override")]

@@ -76,23 +76,17 @@ impl Heap {
     }
 }
 
-static EMPTY_HEAP: Heap = Heap::new();
+pub(crate) static EMPTY_HEAP: Heap = Heap::new();
 static DEAD_HEAP: Heap = Heap::new();
 pub static ORPHAN_HEAP: Heap = Heap::new();
 static ORPHAN_LOCK: Lock = Lock::new();
 
-const EMPTY: *mut Heap = &EMPTY_HEAP as *const Heap as *mut Heap;
+pub(crate) const EMPTY: *mut Heap = &EMPTY_HEAP as *const Heap as *mut Heap;
 const DEAD: *mut Heap = &DEAD_HEAP as *const Heap as *mut Heap;
-
-thread_local! {
-    /// This thread's heap. Const-initialised and without `Drop`, so reading it
-    /// never allocates or registers a destructor.
-    static HEAP: Cell<*mut Heap> = const { Cell::new(EMPTY) };
-}
 
 #[inline(always)]
 fn current() -> *mut Heap {
-    HEAP.with(|h| h.get())
+    crate::tls::get()
 }
 
 /// The value a heap stores in `Slab::owner`: the heap, with bit 0 set in
@@ -692,14 +686,14 @@ fn create_heap() -> *mut Heap {
     });
     // SAFETY: KEY was created by init_process.
     unsafe { libc::pthread_setspecific(KEY, mem as *const libc::c_void) };
-    HEAP.with(|h| h.set(mem));
+    crate::tls::set(mem);
     mem
 }
 
 /// The pthread key destructor: this thread is exiting.
 extern "C" fn thread_exit(arg: *mut libc::c_void) {
     let heap = arg as *mut Heap;
-    HEAP.with(|h| h.set(DEAD));
+    crate::tls::set(DEAD);
     // SAFETY: `arg` is the heap this thread registered, still live.
     let h = unsafe { &*heap };
     flush(h);

@@ -1,0 +1,84 @@
+//! The thread's heap pointer in thread-local storage.
+//!
+//! On x86-64 Linux the slot is declared in assembly and read with the
+//! initial-exec model (`mov rax, [rip + sym@GOTTPOFF]; mov rax, fs:[rax]`),
+//! as glibc's manual and mimalloc do for a preloaded malloc: in the shared
+//! library, Rust's `thread_local!` would call `__tls_get_addr` on every
+//! malloc and free (measured: 11 instructions and a call each, see the
+//! README). In an executable the linker relaxes this to a plain `fs:` load.
+//! Elsewhere `thread_local!` with a const initialiser and no destructor.
+//!
+//! The slot starts as `&EMPTY_HEAP` (a relocated `.tdata` image, which the
+//! dynamic linker copies to each thread after relocating it).
+
+use crate::thread_heap::Heap;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod imp {
+    use super::Heap;
+
+    core::arch::global_asm!(
+        ".pushsection .tdata,\"awT\",@progbits",
+        ".p2align 3",
+        ".globl slubmalloc_thread_heap",
+        ".hidden slubmalloc_thread_heap",
+        ".type slubmalloc_thread_heap, @object",
+        ".size slubmalloc_thread_heap, 8",
+        "slubmalloc_thread_heap:",
+        ".quad {empty}",
+        ".popsection",
+        empty = sym crate::thread_heap::EMPTY_HEAP,
+    );
+
+    /// Cost: two loads (the GOT entry, then `fs:`), no call.
+    #[inline(always)]
+    pub fn get() -> *mut Heap {
+        let heap: *mut Heap;
+        // SAFETY: reads this thread's slot, declared above; no side effects.
+        unsafe {
+            core::arch::asm!(
+                "mov {h}, qword ptr [rip + slubmalloc_thread_heap@GOTTPOFF]",
+                "mov {h}, qword ptr fs:[{h}]",
+                h = out(reg) heap,
+                options(nostack, readonly, preserves_flags, pure),
+            );
+        }
+        heap
+    }
+
+    #[inline]
+    pub fn set(heap: *mut Heap) {
+        // SAFETY: writes this thread's slot, declared above.
+        unsafe {
+            core::arch::asm!(
+                "mov {o}, qword ptr [rip + slubmalloc_thread_heap@GOTTPOFF]",
+                "mov qword ptr fs:[{o}], {h}",
+                o = out(reg) _,
+                h = in(reg) heap,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod imp {
+    use super::Heap;
+    use core::cell::Cell;
+
+    thread_local! {
+        static HEAP: Cell<*mut Heap> = const { Cell::new(crate::thread_heap::EMPTY) };
+    }
+
+    #[inline(always)]
+    pub fn get() -> *mut Heap {
+        HEAP.with(|h| h.get())
+    }
+
+    #[inline]
+    pub fn set(heap: *mut Heap) {
+        HEAP.with(|h| h.set(heap))
+    }
+}
+
+pub use imp::{get, set};
