@@ -3,7 +3,7 @@
 # machine: a C compiler, the real programs run under the preload, and the
 # peer allocators. Skips packages that are already installed.
 set -euo pipefail
-pkgs=(gcc libc6-dev python3 sqlite3 git valgrind libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4)
+pkgs=(gcc g++ libc6-dev python3 sqlite3 git valgrind libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -111,9 +111,11 @@ pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
 
 #[no_mangle]
 pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    // glibc rounds an alignment that is not a power of two up to one.
+    // glibc rounds an alignment that is not a power of two up to one, and
+    // answers EINVAL where no such power exists.
     let Some(align) = align.checked_next_power_of_two() else {
-        os::set_enomem();
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
         return ptr::null_mut();
     };
     out(aligned(align, size))
@@ -155,24 +157,26 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
     unsafe { free(p) }
 }
 
+/// Returns 1 if memory went back to the kernel, as glibc does.
 #[no_mangle]
 pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
-    let before = crate::stats::global()
-        .purges
-        .load(core::sync::atomic::Ordering::Relaxed)
-        + crate::stats::global()
-            .mmaps
-            .load(core::sync::atomic::Ordering::Relaxed);
+    let g = crate::stats::global();
+    let released = || {
+        (
+            g.purges.load(core::sync::atomic::Ordering::Relaxed),
+            g.segments.load(core::sync::atomic::Ordering::Relaxed)
+                + g.large_mapped.load(core::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    let before = released();
     alloc::trim();
-    let after = crate::stats::global()
-        .purges
-        .load(core::sync::atomic::Ordering::Relaxed);
-    (after > before) as c_int
+    let after = released();
+    (after.0 > before.0 || after.1 < before.1) as c_int
 }
 
 #[no_mangle]
 pub extern "C" fn malloc_stats() {
-    crate::report::write_report(crate::options::StatsMode::Text);
+    crate::report::write_report(crate::options::StatsMode::Text, 2);
 }
 
 // glibc's internal entry points, so that no block crosses two allocators.

@@ -6,10 +6,24 @@ use core::fmt::Write;
 
 use crate::fmt::{FdWriter, FixedBuf};
 use crate::options::{self, StatsMode, PATH_MAX_BYTES};
+use crate::sync::{AtomicI32, Ordering};
 
-/// Installs the report signal handler, if one was asked for.
+/// A private copy of stderr taken at start-up, so the exit report still
+/// reaches it in programs that close fd 2 before exiting (coreutils do).
+static STDERR_COPY: AtomicI32 = AtomicI32::new(2);
+
+/// Keeps a copy of stderr if a report will go there, and installs the
+/// report signal handler if one was asked for.
 pub fn install() {
-    let sig = options::get().stats_signal;
+    let o = options::get();
+    if (o.stats != StatsMode::Off || o.stats_signal != 0) && o.stats_file_len == 0 {
+        // SAFETY: F_DUPFD_CLOEXEC on fd 2 has no memory-safety preconditions.
+        let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) };
+        if fd >= 0 {
+            STDERR_COPY.store(fd, Ordering::Relaxed);
+        }
+    }
+    let sig = o.stats_signal;
     if sig == 0 {
         return;
     }
@@ -25,13 +39,13 @@ pub fn install() {
 
 extern "C" fn on_signal(_sig: libc::c_int) {
     let _keep = crate::os::ErrnoGuard::save();
-    write_report(options::get().stats);
+    write_report(options::get().stats, STDERR_COPY.load(Ordering::Relaxed));
 }
 
 extern "C" fn at_exit() {
     let mode = options::get().stats;
     if mode != StatsMode::Off {
-        write_report(mode);
+        write_report(mode, STDERR_COPY.load(Ordering::Relaxed));
     }
 }
 
@@ -40,11 +54,11 @@ extern "C" fn at_exit() {
 static AT_EXIT: extern "C" fn() = at_exit;
 
 /// Writes one report in `mode` (text if Off: `malloc_stats`) to the chosen
-/// destination.
-pub fn write_report(mode: StatsMode) {
+/// file, or else to `stderr_fd`.
+pub fn write_report(mode: StatsMode, stderr_fd: i32) {
     let o = options::get();
     let fd = if o.stats_file_len == 0 {
-        2
+        stderr_fd
     } else {
         open_report_file(&o.stats_file[..o.stats_file_len])
     };
@@ -59,7 +73,7 @@ pub fn write_report(mode: StatsMode) {
             _ => write!(w, "slubmalloc statistics (pid {})\n{}", crate::os::pid(), s),
         };
     }
-    if fd != 2 {
+    if fd != stderr_fd {
         // SAFETY: we opened `fd` above.
         unsafe { libc::close(fd) };
     }

@@ -1,0 +1,111 @@
+/* fork while other threads allocate: NTHREADS threads malloc, realloc and
+ * free without pause while main forks NFORKS children. Each child checks a
+ * block made before the fork, allocates and frees (some from a new thread),
+ * and exits; a child that hangs or crashes fails the run. Prints
+ * "forks <n> ok". */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { NTHREADS = 3, NFORKS = 300, SLOTS = 512 };
+
+static atomic_int stop;
+static atomic_long churn;
+static unsigned char *before_fork;
+
+static void *churner(void *arg) {
+    uint64_t s = 88172645463325252ull + (uintptr_t)arg;
+    void *slot[SLOTS] = {0};
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        int i = (int)(s % SLOTS);
+        size_t n = (s >> 20) % 64 == 0 ? 40000 + (s >> 32) % 300000 : 1 + (s >> 32) % 3000;
+        if (slot[i] && (s & 1)) {
+            slot[i] = realloc(slot[i], n);
+        } else {
+            free(slot[i]);
+            slot[i] = (s & 2) ? malloc(n) : calloc(1, n);
+        }
+        if (!slot[i]) abort();
+        memset(slot[i], (int)i, n < 32 ? n : 32);
+        atomic_fetch_add_explicit(&churn, 1, memory_order_relaxed);
+    }
+    for (int i = 0; i < SLOTS; i++) free(slot[i]);
+    return NULL;
+}
+
+static void *child_thread(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 1000; i++) {
+        void *p = malloc(16 + (size_t)i * 7);
+        if (!p) return (void *)1;
+        free(p);
+    }
+    return NULL;
+}
+
+static int child(int k) {
+    for (int i = 0; i < 4096; i++)
+        if (before_fork[i] != (unsigned char)(i * 5)) return 3;
+    free(before_fork);
+    void *p[200];
+    for (int i = 0; i < 200; i++) {
+        p[i] = malloc(i % 50 == 0 ? 100000 : 8 + (size_t)i * 24);
+        if (!p[i]) return 4;
+        memset(p[i], i, 8);
+    }
+    for (int i = 0; i < 200; i++) free(p[i]);
+    if (k % 10 == 0) {
+        pthread_t t;
+        void *r;
+        if (pthread_create(&t, NULL, child_thread, NULL) != 0) return 5;
+        pthread_join(t, &r);
+        if (r) return 6;
+    }
+    return 0;
+}
+
+int main(void) {
+    before_fork = malloc(4096);
+    for (int i = 0; i < 4096; i++) before_fork[i] = (unsigned char)(i * 5);
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, churner, (void *)(intptr_t)i);
+    int failures = 0;
+    for (int k = 0; k < NFORKS; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            return 1;
+        }
+        if (pid == 0) {
+            int rc = child(k);
+            /* Half the children run exit handlers too. */
+            if (k % 2) exit(rc);
+            _exit(rc);
+        }
+        int status;
+        if (waitpid(pid, &status, 0) != pid) {
+            perror("waitpid");
+            return 1;
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "child %d failed: status %#x\n", k, status);
+            failures++;
+        }
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+    free(before_fork);
+    if (failures) return 1;
+    printf("forks %d ok, parent threads made %ld allocations meanwhile\n", NFORKS, atomic_load(&churn));
+    return 0;
+}

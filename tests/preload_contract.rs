@@ -1,0 +1,330 @@
+//! The C malloc contract under `LD_PRELOAD`, case by case.
+//!
+//! `tests/c/preload_contract.c` runs one group of checks per invocation and
+//! prints `ok <group>`. Each group runs twice: preloaded (it must pass, and
+//! `malloc` must resolve to libslubmalloc.so) and on glibc's own malloc (it
+//! must pass there too, which shows the checks encode glibc's semantics and
+//! not slubmalloc's). A few checks are about slubmalloc only (its size
+//! classes, its statistics table, its abort messages) and run preloaded only.
+
+mod common;
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `cmd`, failing the test if it is still running after `limit`: the
+/// whole process group is killed, so a hang fails instead of blocking.
+fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let what = format!("{cmd:?}");
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let pid = child.id() as i32;
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let kill_group = || {
+        // SAFETY: kill(2) with a negative pid signals our child's process group.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    };
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            kill_group();
+            let _ = child.wait();
+            panic!("{what} still running after {limit:?}: killed (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // A grandchild that outlives the child would hold the pipes open.
+    while !(out_reader.is_finished() && err_reader.is_finished()) {
+        if start.elapsed() > limit {
+            kill_group();
+            panic!("{what}: a process it started is still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+fn contract_exe() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| common::compile_c("preload_contract", &["-ldl"]))
+        .clone()
+}
+
+fn run_group(group: &str, preloaded: bool, env: &[(&str, &str)]) -> Output {
+    let exe = contract_exe();
+    let mut cmd = Command::new(&exe);
+    cmd.arg(group);
+    if preloaded {
+        cmd.env("LD_PRELOAD", common::preload_lib());
+    } else {
+        cmd.env_remove("LD_PRELOAD");
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_with_deadline(cmd, LIMIT)
+}
+
+fn malloc_provider(o: &Output) -> String {
+    common::stdout(o)
+        .lines()
+        .find_map(|l| l.strip_prefix("malloc from ").map(str::to_owned))
+        .expect("the program names the object malloc comes from")
+}
+
+/// Runs `group` preloaded; it must pass on slubmalloc's malloc.
+fn passes_preloaded(group: &str, env: &[(&str, &str)]) -> Output {
+    let o = run_group(group, true, env);
+    assert!(
+        o.status.success() && common::stdout(&o).contains(&format!("ok {group}\n")),
+        "group {group} failed under the preload: {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        common::stdout(&o),
+        common::stderr(&o)
+    );
+    let provider = malloc_provider(&o);
+    assert!(
+        provider.ends_with("libslubmalloc.so"),
+        "malloc resolved to {provider}, not to the preloaded library"
+    );
+    o
+}
+
+/// Runs `group` on glibc's malloc; the checks must hold there too.
+fn passes_on_glibc(group: &str) -> Output {
+    let o = run_group(group, false, &[]);
+    assert!(
+        o.status.success() && common::stdout(&o).contains(&format!("ok {group}\n")),
+        "group {group} fails on glibc's own malloc, so it does not test glibc's semantics: {}\n{}",
+        o.status,
+        common::stderr(&o)
+    );
+    assert!(!malloc_provider(&o).contains("slubmalloc"));
+    o
+}
+
+fn contract(group: &str, env: &[(&str, &str)]) -> Output {
+    passes_on_glibc(group);
+    passes_preloaded(group, env)
+}
+
+/// The value printed after `key ` on a line of stdout.
+fn printed(o: &Output, key: &str) -> String {
+    common::stdout(o)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} ")).map(str::to_owned))
+        .unwrap_or_else(|| panic!("no `{key}` line in:\n{}", common::stdout(o)))
+}
+
+#[test]
+fn malloc_zero_returns_unique_non_null_pointers() {
+    contract("malloc_zero", &[]);
+}
+
+#[test]
+fn sizes_over_ptrdiff_max_fail_with_enomem() {
+    contract("huge_sizes", &[]);
+}
+
+#[test]
+fn calloc_overflow_fails_with_enomem_and_reused_memory_is_zeroed() {
+    contract("calloc", &[]);
+}
+
+#[test]
+fn reallocarray_overflow_fails_with_enomem_and_keeps_the_block() {
+    contract("reallocarray", &[]);
+}
+
+#[test]
+fn realloc_to_a_huge_size_fails_with_enomem_and_keeps_the_block() {
+    contract("realloc_huge", &[]);
+}
+
+#[test]
+fn posix_memalign_rejects_alignments_that_are_not_power_of_two_pointer_multiples() {
+    contract("posix_memalign_rejects", &[]);
+}
+
+#[test]
+fn posix_memalign_aligns_every_power_of_two_from_8_to_1_mib() {
+    contract("posix_memalign_powers", &[]);
+}
+
+#[test]
+fn aligned_alloc_memalign_valloc_and_pvalloc_align_their_blocks() {
+    contract("aligned_family", &[]);
+}
+
+#[test]
+fn free_of_null_is_a_no_op_and_free_keeps_errno() {
+    // A zero purge delay makes frees give slabs and segments back at once,
+    // so the system calls on those paths run while errno is watched.
+    contract("free", &[("SLUBMALLOC_PURGE_DELAY_MS", "0")]);
+}
+
+#[test]
+fn malloc_usable_size_is_zero_for_null_and_covers_the_request() {
+    contract("usable_size", &[]);
+}
+
+#[test]
+fn blocks_of_16_bytes_or_more_are_16_byte_aligned() {
+    contract("alignment_16", &[]);
+}
+
+#[test]
+fn realloc_to_zero_returns_null() {
+    contract("realloc_zero", &[]);
+}
+
+/// After `realloc(p, 0)`, `free(p)` must be a double free: p was freed.
+fn realloc_to_zero_freed(group: &str, preloaded: bool) -> Output {
+    let o = run_group(group, preloaded, &[]);
+    assert!(
+        common::stdout(&o).contains("realloc(p, 0) returned NULL"),
+        "{group}: {}",
+        common::stderr(&o)
+    );
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGABRT),
+        "{group}: freeing p after realloc(p, 0) must abort as a double free; got {}\n{}",
+        o.status,
+        common::stderr(&o)
+    );
+    o
+}
+
+#[test]
+fn realloc_to_zero_really_frees_a_small_block() {
+    // glibc's tcache notices this double free too.
+    realloc_to_zero_freed("realloc_zero_then_free_small", false);
+    let o = realloc_to_zero_freed("realloc_zero_then_free_small", true);
+    let err = common::stderr(&o);
+    assert!(
+        err.starts_with("slubmalloc: ") && err.contains("double free"),
+        "{err}"
+    );
+}
+
+#[test]
+fn realloc_to_zero_really_frees_a_large_block() {
+    // (glibc cannot be asked: its second free of an unmapped chunk segfaults.)
+    let o = realloc_to_zero_freed("realloc_zero_then_free_large", true);
+    let err = common::stderr(&o);
+    assert!(
+        err.starts_with("slubmalloc: ") && err.contains("double free"),
+        "{err}"
+    );
+}
+
+#[test]
+fn realloc_keeps_contents_while_growing_and_shrinking() {
+    contract("realloc_contents", &[]);
+}
+
+#[test]
+fn malloc_trim_gives_memory_back_and_the_heap_stays_usable() {
+    // An hour of purge delay: only malloc_trim can give the memory back.
+    let o = contract("trim", &[("SLUBMALLOC_PURGE_DELAY_MS", "3600000")]);
+    println!("{}", printed(&o, "rss_kib"));
+}
+
+#[test]
+fn malloc_trim_returns_1_when_it_gave_memory_back() {
+    // glibc: "returns 1 if memory was actually released back to the system".
+    // The program frees ~80 MiB; with an hour of purge delay, all of it is
+    // still held when malloc_trim runs, and the group checks that resident
+    // memory fell afterwards.
+    let o = passes_preloaded("trim", &[("SLUBMALLOC_PURGE_DELAY_MS", "3600000")]);
+    assert_eq!(
+        printed(&o, "trim_result"),
+        "1",
+        "malloc_trim released memory ({}) but returned 0",
+        printed(&o, "rss_kib")
+    );
+}
+
+#[test]
+fn malloc_stats_prints_the_slubmalloc_table_on_stderr() {
+    let o = passes_preloaded("stats", &[]);
+    let err = common::stderr(&o);
+    assert!(
+        err.starts_with("slubmalloc statistics (pid "),
+        "malloc_stats wrote:\n{err}"
+    );
+    // The program holds 7 blocks of 100 bytes and 5 of 20000 bytes while it
+    // calls malloc_stats: their classes' rows count them in use.
+    let in_use = |request: usize| -> u64 {
+        let class = slubmalloc::class_size(request).expect("a small size");
+        err.lines()
+            .find_map(|l| {
+                let mut cols = l.split_whitespace();
+                (cols.next()? == class.to_string()).then(|| cols.next()?.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no row for class {class} in:\n{err}"))
+    };
+    assert!(in_use(100) >= 7, "{err}");
+    assert!(in_use(20000) >= 5, "{err}");
+    assert!(!common::stdout(&o).contains("slubmalloc statistics"));
+}
+
+#[test]
+fn allocations_are_served_by_slubmalloc_size_classes() {
+    let usable = |o: &Output| -> Vec<(usize, usize)> {
+        common::stdout(o)
+            .lines()
+            .filter_map(|l| l.strip_prefix("usable "))
+            .map(|l| {
+                let (n, u) = l.split_once(' ').unwrap();
+                (n.parse().unwrap(), u.parse().unwrap())
+            })
+            .collect()
+    };
+    let pre = usable(&passes_preloaded("usable_size", &[]));
+    let plain = usable(&passes_on_glibc("usable_size"));
+    assert!(pre.len() > 2000, "too few sizes printed");
+    for &(n, u) in &pre {
+        match slubmalloc::class_size(n) {
+            Some(class) => assert_eq!(
+                u, class,
+                "malloc_usable_size(malloc({n})) under the preload is not slubmalloc's class size"
+            ),
+            None => assert!(u >= n),
+        }
+    }
+    assert_eq!(slubmalloc::class_size(100), Some(112));
+    let at = |v: &[(usize, usize)], n: usize| v.iter().find(|p| p.0 == n).unwrap().1;
+    assert_eq!(at(&pre, 100), 112);
+    // glibc's chunk arithmetic gives another answer (104): the preload is
+    // what makes the difference.
+    assert_ne!(at(&plain, 100), 112);
+}
