@@ -9,67 +9,12 @@
 mod common;
 
 use std::fmt::Write as _;
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const REPORT: &str = "{\"caches\":[";
-
-/// Runs `cmd`, failing the test if it is still running after `limit`: the
-/// whole process group is killed, so a hang fails instead of blocking.
-fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let what = format!("{cmd:?}");
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let pid = child.id() as i32;
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let kill_group = || {
-        // SAFETY: kill(2) with a negative pid signals our child's process group.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
-    };
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if start.elapsed() > limit {
-            kill_group();
-            let _ = child.wait();
-            panic!("{what} still running after {limit:?}: killed (hang)");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    // A grandchild that outlives the child would hold the pipes open.
-    while !(out_reader.is_finished() && err_reader.is_finished()) {
-        if start.elapsed() > limit {
-            kill_group();
-            panic!("{what}: a process it started is still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Output {
-        status,
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-    }
-}
 
 /// Debian's build of `name` when present, else whatever PATH finds.
 fn program(name: &str) -> PathBuf {
@@ -135,7 +80,7 @@ impl Run {
             cmd.env_remove("LD_PRELOAD").env_remove("SLUBMALLOC_STATS");
         }
         cmd.env_remove("SLUBMALLOC_STATS_FILE");
-        let o = run_with_deadline(cmd, LIMIT);
+        let o = common::run_with_deadline(cmd, LIMIT);
         let err = common::stderr(&o);
         assert!(
             o.status.success(),
@@ -416,7 +361,7 @@ fn gcc_compiles_a_c_file_identically() {
         run.cmd(&gcc, &["-O2", "-Wall", "-o", "prog", "prog.c"]);
         // The compiled program itself runs without the preload both times.
         let exe = run.dir.join("prog");
-        let o = run_with_deadline(
+        let o = common::run_with_deadline(
             {
                 let mut c = Command::new(&exe);
                 c.env_remove("LD_PRELOAD");

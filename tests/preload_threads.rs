@@ -8,67 +8,13 @@
 
 mod common;
 
-use std::io::Read;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// Runs `cmd`, failing the test if it is still running after `limit`: the
-/// whole process group is killed, so a hang fails instead of blocking.
-fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let what = format!("{cmd:?}");
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let pid = child.id() as i32;
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let kill_group = || {
-        // SAFETY: kill(2) with a negative pid signals our child's process group.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
-    };
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if start.elapsed() > limit {
-            kill_group();
-            let _ = child.wait();
-            panic!("{what} still running after {limit:?}: killed (hang)");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    // A grandchild that outlives the child would hold the pipes open.
-    while !(out_reader.is_finished() && err_reader.is_finished()) {
-        if start.elapsed() > limit {
-            kill_group();
-            panic!("{what}: a process it started is still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Output {
-        status,
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-    }
-}
 
 fn run(exe: &Path, args: &[&str], preloaded: bool, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(exe);
@@ -81,7 +27,7 @@ fn run(exe: &Path, args: &[&str], preloaded: bool, env: &[(&str, &str)]) -> Outp
     for (k, v) in env {
         cmd.env(k, v);
     }
-    run_with_deadline(cmd, LIMIT)
+    common::run_with_deadline(cmd, LIMIT)
 }
 
 fn assert_success(what: &str, o: &Output) {
