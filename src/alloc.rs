@@ -152,5 +152,5 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 pub fn trim() {
     thread_heap::flush_current();
     segment::purge_now();
-    large::purge_cache();
+    large::purge_cache(u64::MAX);
 }

@@ -10,8 +10,10 @@ use crate::os::{self, PAGE_BYTES};
 use crate::sync::{Lock, Locked, Ordering};
 
 /// Cached mappings: at most this many, this many bytes in all, each no larger
-/// than `CACHE_MAX_BLOCK`.
-const CACHE_SLOTS: usize = 8;
+/// than `CACHE_MAX_BLOCK`. A request takes the smallest cached mapping of at
+/// least its size and at most four times it; a mapping unused for the purge
+/// delay is unmapped.
+const CACHE_SLOTS: usize = 16;
 const CACHE_MAX_BYTES: usize = 64 << 20;
 const CACHE_MAX_BLOCK: usize = 16 << 20;
 /// Recently freed addresses, to name a second free "double free".
@@ -19,6 +21,20 @@ const FREED_RING: usize = 64;
 
 const EMPTY: usize = 0;
 const TOMBSTONE: usize = 1;
+
+/// A freed mapping kept for reuse (`base == 0`: empty slot).
+#[derive(Clone, Copy)]
+struct Cached {
+    base: usize,
+    len: usize,
+    freed_at_ns: u64,
+}
+
+const NO_CACHED: Cached = Cached {
+    base: 0,
+    len: 0,
+    freed_at_ns: 0,
+};
 
 #[derive(Clone, Copy)]
 #[repr(C)]
@@ -36,7 +52,7 @@ struct Table {
     cap: usize,
     /// Live entries plus tombstones.
     used: usize,
-    cache: [(usize, usize); CACHE_SLOTS],
+    cache: [Cached; CACHE_SLOTS],
     cached_bytes: usize,
     freed: [usize; FREED_RING],
     freed_next: usize,
@@ -49,7 +65,7 @@ static LARGE: Locked<Table> = Locked::new(Table {
     slots: ptr::null_mut(),
     cap: 0,
     used: 0,
-    cache: [(0, 0); CACHE_SLOTS],
+    cache: [NO_CACHED; CACHE_SLOTS],
     cached_bytes: 0,
     freed: [0; FREED_RING],
     freed_next: 0,
@@ -127,15 +143,25 @@ impl Table {
         true
     }
 
-    fn take_cached(&mut self, len: usize) -> Option<(usize, usize)> {
-        let i = self
+    /// The smallest cached mapping that fits `len` bytes without wasting more
+    /// than three quarters of itself.
+    fn best_cached(&self, len: usize) -> Option<usize> {
+        let fits = |c: &Cached| c.base != 0 && c.len >= len && c.len / 4 <= len;
+        let (i, _) = self
             .cache
             .iter()
-            .position(|&(b, l)| b != 0 && l >= len && l - len <= len / 4)?;
+            .enumerate()
+            .filter(|(_, c)| fits(c))
+            .min_by_key(|(_, c)| c.len)?;
+        Some(i)
+    }
+
+    fn take_cached(&mut self, len: usize) -> Option<(usize, usize)> {
+        let i = self.best_cached(len)?;
         let hit = self.cache[i];
-        self.cache[i] = (0, 0);
-        self.cached_bytes -= hit.1;
-        Some(hit)
+        self.cache[i] = NO_CACHED;
+        self.cached_bytes -= hit.len;
+        Some((hit.base, hit.len))
     }
 }
 
@@ -231,14 +257,18 @@ pub fn free(p: *mut u8) -> Freed {
         let g = crate::stats::global();
         g.large_blocks.fetch_sub(1, Ordering::Relaxed);
         g.large_bytes.fetch_sub(e.len as u64, Ordering::Relaxed);
-        let slot = t.cache.iter().position(|&(b, _)| b == 0);
+        let slot = t.cache.iter().position(|c| c.base == 0);
         match slot {
             Some(s)
                 if e.base == e.ptr
                     && e.len <= CACHE_MAX_BLOCK
                     && t.cached_bytes + e.len <= CACHE_MAX_BYTES =>
             {
-                t.cache[s] = (e.base, e.len);
+                t.cache[s] = Cached {
+                    base: e.base,
+                    len: e.len,
+                    freed_at_ns: os::now_ns(),
+                };
                 t.cached_bytes += e.len;
                 g.large_cached.fetch_add(e.len as u64, Ordering::Relaxed);
                 cached = true;
@@ -285,8 +315,13 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
         if e.base != p {
             return None;
         }
-        if new_len == e.len {
-            return Some(p as *mut u8);
+        if new_len <= e.len && new_len > e.len / 2 {
+            return Some(p as *mut u8); // fits, and shrinking would not save much
+        }
+        if new_len > e.len && t.best_cached(new_len).is_some() {
+            // Copying into a cached mapping beats growing: its pages are
+            // already resident, new ones from mremap would fault one by one.
+            return None;
         }
         // Make room first, so the insert below cannot fail after the remap.
         if (t.used + 1) * 4 > t.cap * 3 && !t.grow() {
@@ -317,22 +352,27 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
     })
 }
 
-/// Unmaps every cached mapping (`malloc_trim`, purge deadline).
-pub fn purge_cache() {
-    let mut out = [(0usize, 0usize); CACHE_SLOTS];
-    LARGE.with(|t| {
-        out = t.cache;
-        t.cache = [(0, 0); CACHE_SLOTS];
-        t.cached_bytes = 0;
-    });
-    for (base, len) in out {
-        if base != 0 {
-            crate::stats::global()
-                .large_cached
-                .fetch_sub(len as u64, Ordering::Relaxed);
-            unmap(base, len);
+/// Unmaps the cached mappings freed before `cutoff_ns` (all of them for
+/// `u64::MAX`: `malloc_trim`); returns whether any stay cached.
+pub fn purge_cache(cutoff_ns: u64) -> bool {
+    let mut out = [NO_CACHED; CACHE_SLOTS];
+    let left = LARGE.with(|t| {
+        for (c, o) in t.cache.iter_mut().zip(out.iter_mut()) {
+            if c.base != 0 && c.freed_at_ns < cutoff_ns {
+                *o = *c;
+                t.cached_bytes -= c.len;
+                *c = NO_CACHED;
+            }
         }
+        t.cached_bytes > 0
+    });
+    for c in out.iter().filter(|c| c.base != 0) {
+        crate::stats::global()
+            .large_cached
+            .fetch_sub(c.len as u64, Ordering::Relaxed);
+        unmap(c.base, c.len);
     }
+    left
 }
 
 /// Number of live large blocks by walking the table (verification only).

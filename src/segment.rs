@@ -146,7 +146,7 @@ pub fn free_slab(slab: *mut Slab) {
 /// Sets the purge deadline, unless one is already pending. Lock held.
 fn schedule_locked(s: &mut Segments, now: u64) {
     if s.purge_at_ns == 0 {
-        s.purge_at_ns = now + crate::options::get().purge_delay_ms * 1_000_000;
+        s.purge_at_ns = now.saturating_add(crate::options::get().purge_delay_ms * 1_000_000);
         PURGE_AT_NS.store(s.purge_at_ns, Ordering::Relaxed);
     }
 }
@@ -207,7 +207,11 @@ fn purge_if_due_locked(s: &mut Segments, now: u64) {
     }
     s.purge_at_ns = 0;
     PURGE_AT_NS.store(0, Ordering::Relaxed);
-    crate::large::purge_cache();
+    let delay_ns = crate::options::get().purge_delay_ms * 1_000_000;
+    if crate::large::purge_cache(now.saturating_sub(delay_ns)) {
+        // Cached large blocks younger than the delay: look again later.
+        schedule_locked(s, now);
+    }
     let mut empty_kept = 0;
     let mut seg = s.all;
     while !seg.is_null() {

@@ -1,17 +1,21 @@
 //! One slab: a `SLAB_BYTES` run of equal-sized objects and its descriptor.
 //!
-//! Invariants (the protocol every other module follows):
-//! - `state` OWNED: one thread heap (`owner`) owns the slab. Only the owner
-//!   touches `local_free`, `carved`, `next`; any other thread frees by pushing
-//!   onto `remote` with one CAS, and `remote` carries the `REMOTE_OWNED` bit.
-//! - `state` LISTED (on the node partial list) or FULL (on no list, no free
-//!   object): nobody owns it, `remote` is exactly 0, and every field is
-//!   protected by the node lock of its class.
-//! - FREE: the slab is back in its segment; only the segment lock touches it.
-//! - OWNED -> FULL/LISTED: the owner writes the fields, then clears `remote`
-//!   with a Release swap/CAS; a freer that Acquire-loads 0 sees those writes.
-//! - LISTED -> OWNED: under the node lock; a freer waiting on the lock re-reads
-//!   `remote` after taking it and then pushes with CAS instead.
+//! Invariants (the protocol every other module follows). The `remote` word
+//! carries the state that other threads act on:
+//! - OWNED (`remote` has `REMOTE_OWNED`, the rest is the remote free list):
+//!   one thread heap (`owner`) owns the slab. Only the owner touches
+//!   `local_free`, `carved`, `next`; any other thread frees by pushing onto
+//!   `remote` with one CAS.
+//! - FULL (`remote == 0`): nobody owns it, it is on no list and has no free
+//!   object. The first free adopts it with one CAS from 0 to its own object
+//!   plus `REMOTE_OWNED` (SLUB's `put_cpu_partial`): no lock.
+//! - LISTED (`remote == REMOTE_LISTED`): on the node partial list, nobody owns
+//!   it; every field is protected by the node lock of its class.
+//! - FREE: back in its segment (`remote` stays `REMOTE_LISTED`).
+//! - OWNED -> FULL: the owner writes the fields, then CASes `remote` to 0
+//!   (Release); the adopter's Acquire CAS sees those writes. OWNED -> LISTED
+//!   and LISTED -> OWNED happen under the node lock; a freer that saw
+//!   LISTED re-reads `remote` after taking the lock.
 //!
 //! Free lists are singly linked through the first word of each free object,
 //! stored encoded as `next ^ SECRET ^ bswap(slot)` (SLAB_FREELIST_HARDENED), so
@@ -33,6 +37,14 @@ pub const FULL: u8 = 3;
 
 /// Set in `remote` while a thread heap owns the slab.
 pub const REMOTE_OWNED: usize = 1;
+/// The value of `remote` while the slab is on the node list (or free).
+pub const REMOTE_LISTED: usize = 2;
+
+/// The remote free list held in a `remote` word.
+#[inline(always)]
+pub fn remote_list(word: usize) -> *mut u8 {
+    (word & !(REMOTE_OWNED | REMOTE_LISTED)) as *mut u8
+}
 
 /// The free-list secret: random per process, set once before the first list
 /// is written (see `thread_heap::init_process`).
@@ -115,7 +127,7 @@ pub struct Slab {
     pub size: Cell<u32>,
     pub class: Cell<u8>,
     pub state: Cell<u8>,
-    /// Remote free list (encoded links) with `REMOTE_OWNED` in bit 0.
+    /// Remote free list (encoded links) and the state bits, see above.
     pub remote: Remote,
 }
 

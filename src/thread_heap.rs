@@ -18,7 +18,8 @@ use crate::os;
 use crate::segment::{self, slab_of, SLAB_BYTES};
 use crate::size_class::{CLASS_BYTES, NUM_CLASSES};
 use crate::slab::{
-    self, get_next, link_is_sane, set_next, Slab, FREE, FULL, LISTED, OWNED, REMOTE_OWNED,
+    self, get_next, link_is_sane, remote_list, set_next, Slab, FREE, FULL, LISTED, OWNED,
+    REMOTE_LISTED, REMOTE_OWNED,
 };
 use crate::stats::{Counters, Ev};
 use crate::sync::{Lock, Locked, Ordering};
@@ -290,8 +291,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
             }
             // Acquire: pairs with the Release CAS of each remote free, so
             // the links written by the freers are visible.
-            let remote =
-                (a.remote.0.swap(REMOTE_OWNED, Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+            let remote = remote_list(a.remote.0.swap(REMOTE_OWNED, Ordering::Acquire));
             if !remote.is_null() {
                 c.free.set(remote);
                 c.ev.inc(Ev::RefillOwn);
@@ -432,7 +432,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
                 double_free(p);
             }
             // SAFETY: `p` is a live object the caller gives up.
-            unsafe { set_next(p, (r & !REMOTE_OWNED) as *mut u8) };
+            unsafe { set_next(p, remote_list(r)) };
             // Release: publishes the link above; pairs with the owner's
             // Acquire swap in `refill` or `release`.
             if slab
@@ -453,21 +453,43 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
             }
             continue;
         }
+        if !slab.is_object_start(p) {
+            invalid_free(p);
+        }
         let class = slab.class.get() as usize;
+        if r == 0 {
+            // FULL: adopt it onto our partial list with one CAS that also
+            // records `p` as its first remote free (SLUB's put_cpu_partial).
+            // SAFETY: `p` is a live object the caller gives up.
+            unsafe { set_next(p, ptr::null_mut()) };
+            // AcqRel: Acquire sees the fields the last owner published with
+            // its Release CAS to 0; Release publishes `p`'s link.
+            if slab
+                .remote
+                .0
+                .compare_exchange(
+                    0,
+                    p as usize | REMOTE_OWNED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                heap.classes[class].ev.inc(Ev::FreeSlow);
+                return adopt(heap, class, slab);
+            }
+            continue;
+        }
         let node = &NODES[class];
         let _g = node.lock.guard();
-        if slab.remote.0.load(Ordering::Relaxed) != 0 {
-            continue; // a heap took the slab while we waited
+        if slab.remote.0.load(Ordering::Relaxed) != REMOTE_LISTED {
+            continue; // a heap took the slab, or it filled up, while we waited
         }
-        let state = slab.state.get();
-        if state != LISTED && state != FULL {
+        if slab.state.get() != LISTED {
             os::fatal(
                 "free of a pointer whose slab is not in use (double free or invalid pointer)",
                 p as usize,
             );
-        }
-        if !slab.is_object_start(p) {
-            invalid_free(p);
         }
         if looks_free && slab::list_contains(slab.local_free.get(), p, slab.objects.get()) {
             double_free(p);
@@ -477,19 +499,43 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
         slab.local_free.set(p);
         slab.inuse.set(slab.inuse.get() - 1);
         heap.classes[class].ev.inc(Ev::FreeSlow);
-        if state == FULL {
-            // SLUB's __slab_free: a full slab that gets a free joins the list.
-            node.add(slab, true);
-        } else {
-            node.note_free();
-            if slab.inuse.get() == 0 && node.should_discard_empty() {
-                node.remove(slab);
-                node::discard(slab);
-                heap.classes[class].ev.inc(Ev::SlabsFreed);
-            }
+        node.note_free();
+        if slab.inuse.get() == 0 && node.should_discard_empty() {
+            node.remove(slab);
+            node::discard(slab);
+            heap.classes[class].ev.inc(Ev::SlabsFreed);
         }
         return;
     }
+}
+
+/// A slab we just adopted with a free joins our partial list; if that list
+/// is full, its slabs go to the node list first, in one lock hold.
+fn adopt(heap: &Heap, class: usize, slab: &Slab) {
+    slab.state.set(OWNED);
+    slab.owner.store(owner_tag(heap), Ordering::Relaxed);
+    let c = &heap.classes[class];
+    if c.partial_count.get() >= MAX_THREAD_PARTIAL {
+        unfreeze_partials(heap, class);
+    }
+    slab.next.set(c.partial.get());
+    c.partial.set(slab as *const Slab as *mut Slab);
+    c.partial_count.set(c.partial_count.get() + 1);
+    c.ev.add(Ev::ThreadPartial, 1);
+}
+
+/// Hands the thread partial list of one class to the node list.
+fn unfreeze_partials(heap: &Heap, class: usize) {
+    let c = &heap.classes[class];
+    let _g = NODES[class].lock.guard();
+    let mut p = c.partial.replace(ptr::null_mut());
+    while !p.is_null() {
+        // SAFETY: slabs on our partial list are live and ours.
+        let slab = unsafe { &*p };
+        p = slab.next.get();
+        release(heap, class, slab, ptr::null_mut());
+    }
+    c.ev.sub(Ev::ThreadPartial, c.partial_count.replace(0) as u64);
 }
 
 /// A free into a slab the heap owns, reached through the slow path.
@@ -524,7 +570,7 @@ fn free_suspicious(heap: *mut Heap, slab: &Slab, p: *mut u8) {
     // SAFETY: `heap` is the owner of `slab`, hence a live heap.
     let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
     let bound = slab.objects.get();
-    let remote = (slab.remote.0.load(Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+    let remote = remote_list(slab.remote.0.load(Ordering::Acquire));
     let active = core::ptr::eq(c.active.get(), slab);
     if slab::list_contains(slab.local_free.get(), p, bound)
         || slab::list_contains(remote, p, bound)
@@ -546,9 +592,9 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     let node = &NODES[class];
     let bound = slab.objects.get();
     slab.owner.store(ptr::null_mut(), Ordering::Relaxed);
-    // Acquire: see the remote freers' links. After this swap freers see 0
-    // and queue on the node lock we hold.
-    let remote = (slab.remote.0.swap(0, Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+    // Acquire: see the remote freers' links. After this swap freers see
+    // LISTED and queue on the node lock we hold.
+    let remote = remote_list(slab.remote.0.swap(REMOTE_LISTED, Ordering::Acquire));
     let mut list = slab::list_join(detached, slab.local_free.get(), bound);
     list = slab::list_join(remote, list, bound);
     let free = slab::list_len(list, bound) + slab.uncarved();
@@ -557,6 +603,8 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     slab.next.set(ptr::null_mut());
     if free == 0 {
         slab.state.set(FULL);
+        // Release: publishes the fields to the freer that adopts the slab.
+        slab.remote.0.store(0, Ordering::Release);
     } else if free == bound && node.should_discard_empty() {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);

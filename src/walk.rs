@@ -6,7 +6,7 @@
 use crate::node::NODES;
 use crate::segment;
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{self, REMOTE_OWNED};
+use crate::slab;
 use crate::sync::Ordering;
 use crate::thread_heap;
 
@@ -51,7 +51,7 @@ pub fn walk() -> Walk {
     segment::for_each_slab(|s| {
         let class = s.class.get() as usize;
         let bound = s.objects.get();
-        let remote = (s.remote.0.load(Ordering::Acquire) & !REMOTE_OWNED) as *mut u8;
+        let remote = slab::remote_list(s.remote.0.load(Ordering::Acquire));
         let free = slab::list_len(s.local_free.get(), bound)
             + slab::list_len(remote, bound)
             + s.uncarved();
