@@ -2,7 +2,7 @@
 //! The first slab's space holds the descriptors, so `slab_of(ptr)` is a mask,
 //! a shift and an add: no lookup table, no header before any object.
 //!
-//! A bitmap over the whole 47-bit address space (the segment map) answers
+//! A byte map over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
 //! Free slabs are purged (MADV_DONTNEED) after a delay; wholly empty segments
 //! beyond a small cache are unmapped. The same deadline empties the large
@@ -12,7 +12,7 @@ use core::ptr;
 
 use crate::os;
 use crate::slab::{Slab, FREE};
-use crate::sync::{AtomicU64, Locked, Ordering};
+use crate::sync::{AtomicU64, AtomicU8, Locked, Ordering};
 
 pub const SEGMENT_SHIFT: usize = 22;
 pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
@@ -25,9 +25,11 @@ const ALL_SLABS: u64 = !1;
 const EMPTY_SEGMENTS_KEPT: usize = 1;
 
 const ADDRESS_BITS: usize = 47;
-const MAP_WORDS: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT - 6);
-/// One bit per possible segment: 4 MiB of zero pages, touched only where used.
-static MAP: [AtomicU64; MAP_WORDS] = [const { AtomicU64::new(0) }; MAP_WORDS];
+const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
+/// One byte per possible segment (nonzero: ours). 32 MiB of zero pages, only
+/// the few touched ever become resident; a byte rather than a bit makes the
+/// test in `contains` a single compare.
+static MAP: [AtomicU8; MAP_ENTRIES] = [const { AtomicU8::new(0) }; MAP_ENTRIES];
 
 #[repr(C)]
 pub struct Segment {
@@ -76,27 +78,18 @@ pub fn slab_of(p: *mut u8) -> *mut Slab {
     (segment_of(p) + index * core::mem::size_of::<Slab>()) as *mut Slab
 }
 
-/// Whether `p` lies inside one of our segments. Cost: two shifts, a load, a
-/// bit test.
+/// Whether `p` lies inside one of our segments. Cost: shift, bound check,
+/// one byte compare.
 #[inline(always)]
 pub fn contains(p: *mut u8) -> bool {
     let region = p as usize >> SEGMENT_SHIFT;
-    if region >= MAP_WORDS * 64 {
-        return false;
-    }
-    MAP[region / 64].load(Ordering::Relaxed) & (1 << (region % 64)) != 0
+    region < MAP_ENTRIES && MAP[region].load(Ordering::Relaxed) != 0
 }
 
 fn set_mapped(seg: usize, on: bool) {
-    let region = seg >> SEGMENT_SHIFT;
-    let bit = 1u64 << (region % 64);
     // Relaxed: a pointer into the segment reaches another thread only through
     // a synchronizing hand-off that follows this store.
-    if on {
-        MAP[region / 64].fetch_or(bit, Ordering::Relaxed);
-    } else {
-        MAP[region / 64].fetch_and(!bit, Ordering::Relaxed);
-    }
+    MAP[seg >> SEGMENT_SHIFT].store(on as u8, Ordering::Relaxed);
 }
 
 /// A free slab for a new use, or null with errno ENOMEM.

@@ -4,7 +4,9 @@
 //! All atomics the allocator uses come from here, so a model checker can be
 //! swapped in at one place.
 
-pub use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use core::sync::atomic::{
+    AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 use core::cell::UnsafeCell;
 

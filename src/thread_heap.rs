@@ -297,7 +297,9 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 c.ev.inc(Ev::RefillOwn);
                 return true;
             }
-            let batch = (4096 / a.size.get()).max(1);
+            // A page's worth, at least 16 objects: touches little memory
+            // in a fresh slab, without a refill every few allocations.
+            let batch = (4096 / a.size.get()).max(16);
             let (list, n) = a.carve(batch);
             if n > 0 {
                 if debug::enabled() {
