@@ -61,6 +61,17 @@ pub fn init_secret() {
     );
 }
 
+/// 64 random-looking bits for a carve: a Weyl sequence from the secret,
+/// mixed (splitmix64). Unpredictable without the secret; not cryptographic.
+fn carve_random() -> u64 {
+    static WEYL: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
+    let w = WEYL.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+    let mut z = w ^ secret() as u64;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 #[inline(always)]
 pub fn secret() -> usize {
     SECRET.load(Ordering::Relaxed)
@@ -172,8 +183,10 @@ impl Slab {
         self.div.get().is_slot(offset)
     }
 
-    /// Carves up to `max` untouched objects into a fresh list; returns its
-    /// head and how many it carved. Touches only the carved objects' pages.
+    /// Carves up to `max` untouched objects into a fresh list in a random
+    /// order (SLAB_FREELIST_RANDOM: the next block's address cannot be
+    /// guessed from the last one's); returns its head and how many it carved.
+    /// Touches only the carved objects' pages.
     pub fn carve(&self, max: u32) -> (*mut u8, u32) {
         let first = self.carved.get();
         let n = max.min(self.objects.get() - first);
@@ -182,12 +195,21 @@ impl Slab {
         }
         let size = self.size.get() as usize;
         let base = self.start() as usize + first as usize * size;
+        // A full-period LCG modulo the next power of two walks every index
+        // below it once; indices past `n` are skipped (cycle walking).
+        let m = n.next_power_of_two() as usize;
+        let r = carve_random();
+        let (mul, add) = ((r as usize & !3) | 1, (r >> 32) as usize | 1);
+        let mut x = (r >> 16) as usize & (m - 1);
         let mut next = ptr::null_mut();
-        for i in (0..n as usize).rev() {
-            let obj = (base + i * size) as *mut u8;
-            // SAFETY: `obj` is an uncarved object inside this slab's mapping.
-            unsafe { set_next(obj, next) };
-            next = obj;
+        for _ in 0..m {
+            x = (x.wrapping_mul(mul).wrapping_add(add)) & (m - 1);
+            if x < n as usize {
+                let obj = (base + x * size) as *mut u8;
+                // SAFETY: `obj` is an uncarved object inside this slab's mapping.
+                unsafe { set_next(obj, next) };
+                next = obj;
+            }
         }
         self.carved.set(first + n);
         (next, n)

@@ -100,6 +100,10 @@ fn owner_tag(heap: &Heap) -> *mut Heap {
 // ---------------------------------------------------------------------------
 // Fast paths
 
+/// The hardening checks of the fast paths (link in slab, object start, double
+/// free). Only the `bench-no-checks` feature turns them off, to measure them.
+const CHECKS: bool = !cfg!(feature = "bench-no-checks");
+
 /// Allocates one object of `class` for a request of `size` bytes at `align`
 /// (used only by the debug slow path). Fast path: a TLS load, a pop from
 /// the detached free list, a link check, two stores and a counter increment.
@@ -114,13 +118,15 @@ pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
     }
     // SAFETY: `obj` is a free object of our active slab.
     let next = unsafe { get_next(obj) };
-    if !link_is_sane(obj, next) {
+    if CHECKS && !link_is_sane(obj, next) {
         corrupted_link(obj);
     }
     c.free.set(next);
-    // Clear the link: a stale one would look like a free block to `free`.
-    // SAFETY: `obj` is ours and at least 8 bytes.
-    unsafe { *(obj as *mut usize) = 0 };
+    if CHECKS {
+        // Clear the link: a stale one would look like a free block to `free`.
+        // SAFETY: `obj` is ours and at least 8 bytes.
+        unsafe { *(obj as *mut usize) = 0 };
+    }
     c.ev.inc(Ev::AllocFast);
     obj
 }
@@ -139,12 +145,11 @@ pub unsafe fn free(p: *mut u8) {
     if slab.owner.load(Ordering::Relaxed) != heap {
         return free_slow(slab, p);
     }
-    if !slab.is_object_start(p) {
+    if CHECKS && !slab.is_object_start(p) {
         invalid_free(p);
     }
     // SAFETY: `p` is an object slot of a slab we own.
-    let looks_free = link_is_sane(p, unsafe { get_next(p) });
-    if looks_free {
+    if CHECKS && link_is_sane(p, unsafe { get_next(p) }) {
         return free_suspicious(heap, slab, p);
     }
     // SAFETY: `p` is a live object of our slab; it becomes free here.
