@@ -419,12 +419,11 @@ impl Expected {
         if debug_mode() {
             return;
         }
-        for i in 0..NUM_CLASSES {
+        for (i, size) in sizes.iter().enumerate().take(NUM_CLASSES) {
             assert_eq!(
                 now.0[i].wrapping_sub(base.0[i]),
                 self.per_class[i],
-                "{what}: class {i} ({} B) counts the wrong number of blocks in use",
-                sizes[i]
+                "{what}: class {i} ({size} B) counts the wrong number of blocks in use"
             );
         }
         assert_eq!(

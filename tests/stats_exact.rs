@@ -59,8 +59,8 @@ fn assert_walk_agrees() {
 fn stats_agree_with_a_full_walk_after_a_concurrent_workload() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const THREADS: usize = 4;
-    let shared: Arc<Vec<Mutex<Vec<Box<[u8]>>>>> =
-        Arc::new((0..THREADS).map(|_| Mutex::new(Vec::new())).collect());
+    type Mailboxes = Arc<Vec<Mutex<Vec<Box<[u8]>>>>>;
+    let shared: Mailboxes = Arc::new((0..THREADS).map(|_| Mutex::new(Vec::new())).collect());
     let barrier = Arc::new(Barrier::new(THREADS));
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -169,7 +169,7 @@ fn node_placement_decisions_are_counted() {
     }
     let mid = cache();
     assert!(
-        mid.node_tail >= before.node_tail + 1,
+        mid.node_tail > before.node_tail,
         "remote frees into full slabs go to the tail"
     );
     drop(blocks);
