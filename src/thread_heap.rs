@@ -533,8 +533,13 @@ fn adopt(heap: &Heap, class: usize, slab: &Slab) {
 
 /// Hands the thread partial list of one class to the node list.
 fn unfreeze_partials(heap: &Heap, class: usize) {
-    let c = &heap.classes[class];
     let _g = NODES[class].lock.guard();
+    release_partials(heap, class);
+}
+
+/// `release`s every slab of the thread partial list. Node lock held.
+fn release_partials(heap: &Heap, class: usize) {
+    let c = &heap.classes[class];
     let mut p = c.partial.replace(ptr::null_mut());
     while !p.is_null() {
         // SAFETY: slabs on our partial list are live and ours.
@@ -637,14 +642,7 @@ pub fn flush(heap: &Heap) {
             );
             release(heap, class, unsafe { &*a }, detached);
         }
-        let mut p = c.partial.replace(ptr::null_mut());
-        while !p.is_null() {
-            // SAFETY: slabs on our partial list are live and ours.
-            let slab = unsafe { &*p };
-            p = slab.next.get();
-            release(heap, class, slab, ptr::null_mut());
-        }
-        c.ev.sub(Ev::ThreadPartial, c.partial_count.replace(0) as u64);
+        release_partials(heap, class);
     }
 }
 
