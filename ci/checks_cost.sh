@@ -5,7 +5,9 @@
 # malloc/free loops: fixed size, random sizes, LIFO and FIFO batches)
 # interleaved ROUNDS times; prints the median wall time of each and the
 # ratio, then instructions per malloc+free pair under callgrind (difference
-# of an N and a 2N run, over the four loops).
+# of an N and a 2N run, over the four loops). Then, if ci/bench.sh has
+# written its real-program inputs (target/bench/work.py, work.sql), python3
+# and sqlite3 on them with each library, interleaved.
 #
 #   ci/checks_cost.sh [ROUNDS [ITERATIONS]]
 set -euo pipefail
@@ -46,4 +48,21 @@ m = 200000
 for v in libs:
     per_pair = (instructions(v, 2 * m) - instructions(v, m)) / (4 * m)
     print(f"  instructions per malloc+free pair, checks {v}: {per_pair:.1f}")
+
+programs = [("python3", ["python3", "-S", "target/bench/work.py", "50000"], None, "target/bench/work.py"),
+            ("sqlite3", ["sqlite3", ":memory:"], "target/bench/work.sql", "target/bench/work.sql")]
+for name, cmd, stdin, needed in programs:
+    if not os.path.exists(needed):
+        print(f"  {name}: no input; run ci/bench.sh once first")
+        continue
+    times = {v: [] for v in libs}
+    for r in range(rounds):
+        for v in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            env = dict(os.environ, LD_PRELOAD=libs[v], PYTHONMALLOC="malloc")
+            t = time.perf_counter()
+            with open(stdin or os.devnull) as inp:
+                subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stdin=inp)
+            times[v].append(time.perf_counter() - t)
+    on, off = statistics.median(times["on"]), statistics.median(times["off"])
+    print(f"  {name}: checks on {on:.3f} s, off {off:.3f} s, on / off {on / off:.3f}")
 PY
