@@ -262,6 +262,11 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         if !refill(heap, class) {
             return ptr::null_mut();
         }
+        if debug {
+            // Debug mode follows the whole new list now: a corrupted link
+            // stops the process here rather than when it is reached.
+            slab::list_len(c.free.get(), crate::size_class::objects_per_slab(class));
+        }
     }
     let obj = c.free.get();
     // SAFETY: `refill` left a non-empty list of our active slab.
