@@ -7,8 +7,10 @@
 //!   `local_free`, `carved`, `next`; any other thread frees by pushing onto
 //!   `remote` with one CAS.
 //! - FULL (`remote == 0`): nobody owns it, it is on no list and has no free
-//!   object. The first free adopts it with one CAS from 0 to its own object
-//!   plus `REMOTE_OWNED` (SLUB's `put_cpu_partial`): no lock.
+//!   object. The first free claims it with one CAS from 0 to its own object
+//!   plus `REMOTE_OWNED`: no lock. It hands the slab back to `last_owner`
+//!   (pushed on that heap's `returned` stack), or adopts it onto its own
+//!   partial list (SLUB's `put_cpu_partial`) if that heap is gone.
 //! - LISTED (`remote == REMOTE_LISTED`): on the node partial list, nobody owns
 //!   it; every field is protected by the node lock of its class.
 //! - FREE: back in its segment (`remote` stays `REMOTE_LISTED`).
@@ -140,6 +142,10 @@ pub struct Slab {
     pub state: Cell<u8>,
     /// Remote free list (encoded links) and the state bits, see above.
     pub remote: Remote,
+    /// While FULL: the heap that filled it (null if none), to which the
+    /// first free hands the slab back. Written before the Release that made
+    /// the slab FULL, read by the freer after its Acquire CAS.
+    pub last_owner: Cell<*mut Heap>,
 }
 
 #[repr(C, align(64))]

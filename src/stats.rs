@@ -65,6 +65,12 @@ impl Counters {
         self.add(ev, n.wrapping_neg());
     }
 
+    pub fn clear(&self) {
+        for c in self.0.iter() {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
     pub fn get_index(&self, i: usize) -> u64 {
         self.0[i].load(Ordering::Relaxed)
     }

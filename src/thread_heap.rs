@@ -22,10 +22,16 @@ use crate::slab::{
     REMOTE_LISTED, REMOTE_OWNED,
 };
 use crate::stats::{Counters, Ev};
-use crate::sync::{Lock, Locked, Ordering};
+use crate::sync::{AtomicPtr, Lock, Locked, Ordering};
+
+/// `ClassHeap::returned` of an exited thread: nothing more may be pushed.
+const CLOSED: *mut Slab = 1 as *mut Slab;
 
 /// Slabs a thread keeps on its partial list per class, besides the active one.
-const MAX_THREAD_PARTIAL: u32 = 4;
+/// Most are nearly full (adopted at their first free), so holding them costs
+/// little memory; 16 against 4 and 8 halved the time of the larson workload
+/// at the same peak RSS (ci/bench.sh).
+const MAX_THREAD_PARTIAL: u32 = 16;
 
 /// Per class: the fast path's state and this thread's counters for the class.
 #[repr(C, align(64))]
@@ -33,12 +39,19 @@ pub struct ClassHeap {
     /// Free objects of `active`, detached from it: the allocation fast path.
     pub free: Cell<*mut u8>,
     pub active: Cell<*mut Slab>,
-    /// Thread partial list, linked through `Slab::next`.
+    /// Thread partial list, linked through `Slab::next`: refills take the
+    /// head; slabs that just got their first free join at the tail, so they
+    /// gather more frees before their turn.
     pub partial: Cell<*mut Slab>,
+    partial_tail: Cell<*mut Slab>,
     pub partial_count: Cell<u32>,
     /// In debug mode the detached list waits here, so that `free` stays
     /// empty and every allocation takes the slow path.
     pub stash: Cell<*mut u8>,
+    /// Our full slabs handed back by their first free from another thread,
+    /// linked through `Slab::next` (a stack other threads push on; we take
+    /// it whole). `CLOSED` once the thread has exited.
+    pub returned: AtomicPtr<Slab>,
     pub ev: Counters,
 }
 
@@ -55,19 +68,78 @@ pub struct Heap {
 unsafe impl Sync for Heap {}
 
 impl ClassHeap {
+    /// Adds an owned slab to the partial list, at the head or the tail.
+    fn push_partial(&self, slab: &Slab, at_tail: bool) {
+        let s = slab as *const Slab as *mut Slab;
+        if self.partial.get().is_null() {
+            slab.next.set(ptr::null_mut());
+            self.partial.set(s);
+            self.partial_tail.set(s);
+        } else if at_tail {
+            slab.next.set(ptr::null_mut());
+            // SAFETY: the tail of a non-empty partial list is a live slab of ours.
+            unsafe { (*self.partial_tail.get()).next.set(s) };
+            self.partial_tail.set(s);
+        } else {
+            slab.next.set(self.partial.get());
+            self.partial.set(s);
+        }
+        self.partial_count.set(self.partial_count.get() + 1);
+        self.ev.add(Ev::ThreadPartial, 1);
+    }
+
+    /// Takes the head of the partial list.
+    fn pop_partial(&self) -> *mut Slab {
+        let p = self.partial.get();
+        if !p.is_null() {
+            // SAFETY: slabs on our partial list are live and ours.
+            self.partial.set(unsafe { (*p).next.get() });
+            self.partial_count.set(self.partial_count.get() - 1);
+            self.ev.sub(Ev::ThreadPartial, 1);
+        }
+        p
+    }
+
+    /// Empties the partial list, returning its head (linked through `next`).
+    fn take_partials(&self) -> *mut Slab {
+        self.ev
+            .sub(Ev::ThreadPartial, self.partial_count.replace(0) as u64);
+        self.partial_tail.set(ptr::null_mut());
+        self.partial.replace(ptr::null_mut())
+    }
+
     const fn new() -> Self {
         ClassHeap {
             free: Cell::new(ptr::null_mut()),
             active: Cell::new(ptr::null_mut()),
             partial: Cell::new(ptr::null_mut()),
+            partial_tail: Cell::new(ptr::null_mut()),
             partial_count: Cell::new(0),
             stash: Cell::new(ptr::null_mut()),
+            returned: AtomicPtr::new(ptr::null_mut()),
             ev: Counters::new(),
         }
     }
 }
 
 impl Heap {
+    /// Empties a pooled heap for a new thread: lists, counters, and the
+    /// `returned` stacks reopened (atomically: giving back may still look).
+    fn reset(&self) {
+        for c in self.classes.iter() {
+            c.free.set(ptr::null_mut());
+            c.active.set(ptr::null_mut());
+            c.partial.set(ptr::null_mut());
+            c.partial_tail.set(ptr::null_mut());
+            c.partial_count.set(0);
+            c.stash.set(ptr::null_mut());
+            c.ev.clear();
+            c.returned.store(ptr::null_mut(), Ordering::Relaxed);
+        }
+        self.next.set(ptr::null_mut());
+        self.prev.set(ptr::null_mut());
+    }
+
     const fn new() -> Self {
         Heap {
             classes: [const { ClassHeap::new() }; NUM_CLASSES],
@@ -93,8 +165,8 @@ fn current() -> *mut Heap {
 /// The value a heap stores in `Slab::owner`: the heap, with bit 0 set in
 /// debug mode so that the free fast path's owner compare always fails.
 #[inline]
-fn owner_tag(heap: &Heap) -> *mut Heap {
-    (heap as *const Heap as usize | debug::enabled() as usize) as *mut Heap
+fn owner_tag(heap: *const Heap) -> *mut Heap {
+    (heap as usize | debug::enabled() as usize) as *mut Heap
 }
 
 // ---------------------------------------------------------------------------
@@ -323,14 +395,13 @@ fn refill(heap: &Heap, class: usize) -> bool {
             }
             c.active.set(ptr::null_mut());
         }
-        let p = c.partial.get();
+        let p = c.pop_partial();
         if !p.is_null() {
-            // SAFETY: slabs on our partial list are live and ours.
-            c.partial.set(unsafe { (*p).next.get() });
-            c.partial_count.set(c.partial_count.get() - 1);
-            c.ev.sub(Ev::ThreadPartial, 1);
             c.active.set(p);
             c.ev.inc(Ev::RefillPartial);
+            continue;
+        }
+        if take_returned(heap, class) {
             continue;
         }
         if take_from_node(heap, class) {
@@ -354,6 +425,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
 fn deactivate_full(heap: &Heap, a: &Slab) -> bool {
     a.state.set(FULL);
     a.inuse.set(a.objects.get());
+    a.last_owner.set(heap as *const Heap as *mut Heap);
     a.owner.store(ptr::null_mut(), Ordering::Relaxed);
     // Release: publishes state/inuse/owner to the freer that Acquire-loads 0.
     if a.remote
@@ -396,10 +468,7 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
             c.active.set(s);
             got = true;
         } else {
-            slab.next.set(c.partial.get());
-            c.partial.set(s);
-            c.partial_count.set(c.partial_count.get() + 1);
-            c.ev.add(Ev::ThreadPartial, 1);
+            c.push_partial(slab, false);
         }
         if gathered >= slab.objects.get() / 2 || c.partial_count.get() >= MAX_THREAD_PARTIAL {
             break;
@@ -487,6 +556,11 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
                 )
                 .is_ok()
             {
+                let last = slab.last_owner.get();
+                if !last.is_null() && !core::ptr::eq(last, heap) && give_back(last, class, slab) {
+                    heap.classes[class].ev.inc(Ev::FreeRemote);
+                    return;
+                }
                 heap.classes[class].ev.inc(Ev::FreeSlow);
                 return adopt(heap, class, slab);
             }
@@ -521,6 +595,55 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
     }
 }
 
+/// Hands a slab just claimed from FULL back to the heap that filled it:
+/// that heap owns it again and finds it on its `returned` stack at its next
+/// refill. False if that heap's thread has exited.
+fn give_back(last: *mut Heap, class: usize, slab: &Slab) -> bool {
+    slab.state.set(OWNED);
+    slab.owner.store(owner_tag(last), Ordering::Relaxed);
+    // SAFETY: heaps are never unmapped; an exited one reads CLOSED.
+    let stack = unsafe { &(*last).classes[class].returned };
+    let mut head = stack.load(Ordering::Relaxed);
+    loop {
+        if head == CLOSED {
+            return false;
+        }
+        slab.next.set(head);
+        // Release: publishes the slab's fields and link; pairs with the
+        // Acquire swap in `take_returned` and `flush`.
+        match stack.compare_exchange_weak(
+            head,
+            slab as *const Slab as *mut Slab,
+            Ordering::Release,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return true,
+            Err(h) => head = h,
+        }
+    }
+}
+
+/// Moves the slabs handed back to us onto the thread partial list; past
+/// twice the usual limit, the partial list goes to the node. False if none.
+fn take_returned(heap: &Heap, class: usize) -> bool {
+    let c = &heap.classes[class];
+    if c.returned.load(Ordering::Relaxed).is_null() {
+        return false;
+    }
+    // Acquire: pairs with the Release CAS in `give_back`.
+    let mut p = c.returned.swap(ptr::null_mut(), Ordering::Acquire);
+    while !p.is_null() {
+        // SAFETY: slabs on our returned stack are live and ours.
+        let slab = unsafe { &*p };
+        p = slab.next.get();
+        c.push_partial(slab, true);
+    }
+    if c.partial_count.get() > 2 * MAX_THREAD_PARTIAL {
+        unfreeze_partials(heap, class);
+    }
+    true
+}
+
 /// A slab we just adopted with a free joins our partial list; if that list
 /// is full, its slabs go to the node list first, in one lock hold.
 fn adopt(heap: &Heap, class: usize, slab: &Slab) {
@@ -530,10 +653,7 @@ fn adopt(heap: &Heap, class: usize, slab: &Slab) {
     if c.partial_count.get() >= MAX_THREAD_PARTIAL {
         unfreeze_partials(heap, class);
     }
-    slab.next.set(c.partial.get());
-    c.partial.set(slab as *const Slab as *mut Slab);
-    c.partial_count.set(c.partial_count.get() + 1);
-    c.ev.add(Ev::ThreadPartial, 1);
+    c.push_partial(slab, true);
 }
 
 /// Hands the thread partial list of one class to the node list.
@@ -544,15 +664,13 @@ fn unfreeze_partials(heap: &Heap, class: usize) {
 
 /// `release`s every slab of the thread partial list. Node lock held.
 fn release_partials(heap: &Heap, class: usize) {
-    let c = &heap.classes[class];
-    let mut p = c.partial.replace(ptr::null_mut());
+    let mut p = heap.classes[class].take_partials();
     while !p.is_null() {
         // SAFETY: slabs on our partial list are live and ours.
         let slab = unsafe { &*p };
         p = slab.next.get();
         release(heap, class, slab, ptr::null_mut());
     }
-    c.ev.sub(Ev::ThreadPartial, c.partial_count.replace(0) as u64);
 }
 
 /// A free into a slab the heap owns, reached through the slow path.
@@ -620,6 +738,7 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     slab.next.set(ptr::null_mut());
     if free == 0 {
         slab.state.set(FULL);
+        slab.last_owner.set(ptr::null_mut());
         // Release: publishes the fields to the freer that adopts the slab.
         slab.remote.0.store(0, Ordering::Release);
     } else if free == bound && node.should_discard_empty() {
@@ -630,9 +749,19 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     }
 }
 
-/// Hands every slab of `heap` to the node lists (thread exit, trim).
-pub fn flush(heap: &Heap) {
+/// Hands every slab of `heap` to the node lists (thread exit, trim). With
+/// `closing` (thread exit), slabs can no longer be handed back to it.
+pub fn flush(heap: &Heap, closing: bool) {
     for (class, c) in heap.classes.iter().enumerate() {
+        let after = if closing { CLOSED } else { ptr::null_mut() };
+        // Acquire: pairs with the Release CAS in `give_back`.
+        let mut r = c.returned.swap(after, Ordering::Acquire);
+        while !r.is_null() && r != CLOSED {
+            // SAFETY: slabs on our returned stack are live and ours.
+            let slab = unsafe { &*r };
+            r = slab.next.get();
+            c.push_partial(slab, true);
+        }
         if c.active.get().is_null() && c.partial.get().is_null() {
             continue;
         }
@@ -656,7 +785,7 @@ pub fn flush_current() {
     let heap = current();
     if heap != EMPTY && heap != DEAD {
         // SAFETY: a created heap lives until this thread's destructor.
-        flush(unsafe { &*heap });
+        flush(unsafe { &*heap }, false);
     }
 }
 
@@ -724,13 +853,16 @@ fn create_heap() -> *mut Heap {
         h
     });
     if mem.is_null() {
+        // A fresh zeroed mapping is a valid empty heap (all nulls and zeros).
         mem = os::map(bytes) as *mut Heap;
         if mem.is_null() {
             return ptr::null_mut();
         }
+    } else {
+        // SAFETY: a pooled heap belongs to no thread; other threads may still
+        // read its `returned` stacks, so it is reset field by field.
+        unsafe { (*mem).reset() };
     }
-    // SAFETY: `mem` is a mapping of at least size_of::<Heap>() bytes, ours alone.
-    unsafe { ptr::write(mem, Heap::new()) };
     REGISTRY.with(|r| {
         // SAFETY: `mem` is initialised; registry members are live heaps.
         unsafe {
@@ -754,7 +886,7 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     crate::tls::set(DEAD);
     // SAFETY: `arg` is the heap this thread registered, still live.
     let h = unsafe { &*heap };
-    flush(h);
+    flush(h, true);
     REGISTRY.with(|r| {
         for (class, c) in h.classes.iter().enumerate() {
             for (i, total) in r.retired[class].iter_mut().enumerate() {

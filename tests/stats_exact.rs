@@ -156,21 +156,24 @@ fn node_placement_decisions_are_counted() {
     let size = 3000; // 3072-byte class: 21 objects per slab
     let cache = || *slubmalloc::stats().cache_for_size(size).unwrap();
     let before = cache();
-    // Fill slabs on one thread, then free from another: full slabs that get
-    // a remote free go to the node list tail; a thread exit that releases a
-    // nearly empty slab puts it at the head.
+    // Fill 40 slabs on a thread that then exits, and free one block of each
+    // from this thread: each full slab is adopted by its first free (its
+    // filler is gone), and once more than the thread partial limit are held
+    // they go to the node list, at the tail (they got a remote free); a
+    // thread exit that releases a nearly empty slab puts it at the head.
+    const SLABS: usize = 40;
     let blocks: Vec<Vec<u8>> =
-        thread::spawn(move || (0..21 * 8).map(|_| Vec::with_capacity(size)).collect())
+        thread::spawn(move || (0..21 * SLABS).map(|_| Vec::with_capacity(size)).collect())
             .join()
             .unwrap();
-    let mut blocks = blocks;
-    for chunk in 0..8 {
-        blocks.swap_remove(chunk * 20);
+    let mut blocks: Vec<Option<Vec<u8>>> = blocks.into_iter().map(Some).collect();
+    for slab in 0..SLABS {
+        blocks[slab * 21] = None;
     }
     let mid = cache();
     assert!(
         mid.node_tail > before.node_tail,
-        "remote frees into full slabs go to the tail"
+        "adopted slabs past the partial limit go to the tail: {before:?} {mid:?}"
     );
     drop(blocks);
     thread::spawn(move || {
