@@ -27,6 +27,8 @@ pub struct Options {
     pub purge_delay_ms: u64,
     /// Red zones, poisoning and list checks (`debug.rs`).
     pub debug: bool,
+    /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
+    pub freelist_random: bool,
 }
 
 /// Name, default, meaning: the README's table is this table.
@@ -51,6 +53,16 @@ pub const TABLE: &[(&str, &str, &str)] = &[
         "100",
         "delay before free slabs and cached large blocks go back to the kernel",
     ),
+    (
+        "SLUBMALLOC_DEBUG",
+        "0",
+        "`1`: red zones checked on free, poisoned free blocks checked on reuse",
+    ),
+    (
+        "SLUBMALLOC_FREELIST_RANDOM",
+        "0",
+        "`1`: hand out a fresh slab's objects in a random order (costs locality)",
+    ),
 ];
 
 const DEFAULT: Options = Options {
@@ -60,6 +72,7 @@ const DEFAULT: Options = Options {
     stats_signal: 0,
     purge_delay_ms: 100,
     debug: false,
+    freelist_random: false,
 };
 
 static STATE: AtomicU32 = AtomicU32::new(0);
@@ -173,17 +186,8 @@ fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
             }
             None => false,
         },
-        b"SLUBMALLOC_DEBUG" => match value {
-            b"0" | b"" => {
-                o.debug = false;
-                true
-            }
-            b"1" => {
-                o.debug = true;
-                true
-            }
-            _ => false,
-        },
+        b"SLUBMALLOC_DEBUG" => parse_flag(value, &mut o.debug),
+        b"SLUBMALLOC_FREELIST_RANDOM" => parse_flag(value, &mut o.freelist_random),
         _ => {
             warn(b"unknown variable ", name, b" ignored");
             return;
@@ -192,6 +196,16 @@ fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
     if !ok {
         warn(b"bad value for ", name, b" ignored, default kept");
     }
+}
+
+/// `0`/`1` (empty means 0); false for anything else.
+fn parse_flag(v: &[u8], out: &mut bool) -> bool {
+    match v {
+        b"" | b"0" => *out = false,
+        b"1" => *out = true,
+        _ => return false,
+    }
+    true
 }
 
 fn parse_u64(v: &[u8]) -> Option<u64> {
