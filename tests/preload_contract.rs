@@ -11,7 +11,7 @@ mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -24,18 +24,7 @@ fn contract_exe() -> PathBuf {
 }
 
 fn run_group(group: &str, preloaded: bool, env: &[(&str, &str)]) -> Output {
-    let exe = contract_exe();
-    let mut cmd = Command::new(&exe);
-    cmd.arg(group);
-    if preloaded {
-        cmd.env("LD_PRELOAD", common::preload_lib());
-    } else {
-        cmd.env_remove("LD_PRELOAD");
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    common::run_with_deadline(cmd, LIMIT)
+    common::run_guarded(&contract_exe(), &[group], preloaded, env, LIMIT)
 }
 
 fn malloc_provider(o: &Output) -> String {

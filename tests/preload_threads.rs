@@ -17,17 +17,7 @@ use std::time::Duration;
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn run(exe: &Path, args: &[&str], preloaded: bool, env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(exe);
-    cmd.args(args);
-    if preloaded {
-        cmd.env("LD_PRELOAD", common::preload_lib());
-    } else {
-        cmd.env_remove("LD_PRELOAD");
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    common::run_with_deadline(cmd, LIMIT)
+    common::run_guarded(exe, args, preloaded, env, LIMIT)
 }
 
 fn assert_success(what: &str, o: &Output) {

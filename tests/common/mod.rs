@@ -144,3 +144,25 @@ pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
         stderr: err_reader.join().unwrap(),
     }
 }
+
+/// Runs `program args` with the library preloaded (or on glibc's malloc when
+/// `preloaded` is false) and `env` set, failing the test after `limit`.
+pub fn run_guarded(
+    program: &Path,
+    args: &[&str],
+    preloaded: bool,
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    if preloaded {
+        cmd.env("LD_PRELOAD", preload_lib());
+    } else {
+        cmd.env_remove("LD_PRELOAD");
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_with_deadline(cmd, limit)
+}
