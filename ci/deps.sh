@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the tests and the benchmark comparison need on a fresh Debian
 # machine: a C compiler, the real programs run under the preload, and the
-# peer allocators. Skips packages that are already installed.
+# peer allocators, procps for `kill` (the report-by-signal test). Skips
+# packages that are already installed.
 set -euo pipefail
-pkgs=(gcc g++ libc6-dev python3 sqlite3 git valgrind libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4)
+pkgs=(gcc g++ libc6-dev procps python3 sqlite3 git valgrind libjemalloc2 libmimalloc2.0 libtcmalloc-minimal4)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
