@@ -7,18 +7,22 @@ use core::ptr;
 use crate::large::{self, Freed};
 use crate::os;
 use crate::segment;
-use crate::size_class::{class_for, class_of, CLASS_BYTES, MAX_SMALL_BYTES};
+use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::thread_heap;
 
 /// `malloc(size)`: 16-byte aligned from 16 bytes up, 8-byte below.
 #[cfg_attr(not(feature = "override"), allow(dead_code))]
 #[inline(always)]
 pub fn malloc(size: usize) -> *mut u8 {
-    if size <= MAX_SMALL_BYTES {
-        thread_heap::alloc(class_of(size), size, 16)
+    // Up to 1 KiB first: one compare and the table, the common case.
+    let class = if size <= size_class::LOOKUP_MAX {
+        size_class::class_by_table(size)
+    } else if size <= MAX_SMALL_BYTES {
+        size_class::class_by_log(size)
     } else {
-        large::alloc(size, 16, false)
-    }
+        return large::alloc(size, 16, false);
+    };
+    thread_heap::alloc(class, size, 16)
 }
 
 /// Allocation with any power-of-two alignment.
@@ -45,17 +49,18 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     }
 }
 
-/// Frees any pointer; stops the process with a message naming the misuse if
-/// `p` is not the start of a live block of ours.
+/// Frees any pointer, null included (a no-op); stops the process with a
+/// message naming the misuse if `p` is not the start of a live block of ours.
+/// Null needs no test of its own on the fast path: no segment starts at 0.
 ///
 /// # Safety
-/// `p` is not null and no other thread uses the block afterwards.
+/// No other thread uses the block afterwards.
 #[inline(always)]
 pub unsafe fn free(p: *mut u8) {
     if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
         unsafe { thread_heap::free(p) }
-    } else {
+    } else if !p.is_null() {
         free_large(p)
     }
 }

@@ -8,7 +8,7 @@ pub const NUM_CLASSES: usize = 41;
 /// The largest size served from a slab; bigger requests are large blocks.
 pub const MAX_SMALL_BYTES: usize = 32 * 1024;
 /// Requests up to this size are classified with one table load.
-const LOOKUP_MAX: usize = 1024;
+pub const LOOKUP_MAX: usize = 1024;
 
 /// Object size of each class.
 pub static CLASS_BYTES: [u32; NUM_CLASSES] = class_sizes();
@@ -39,7 +39,7 @@ const fn class_sizes() -> [u32; NUM_CLASSES] {
 /// The class of a size above 128 B by arithmetic: the doubling it falls in,
 /// then which quarter of it.
 #[inline]
-const fn class_by_log(size: usize) -> usize {
+pub const fn class_by_log(size: usize) -> usize {
     let n = size - 1;
     let log = (usize::BITS - 1 - n.leading_zeros()) as usize; // 7 for 129..=256
     9 + 4 * (log - 7) + ((n >> (log - 2)) & 3)
@@ -68,10 +68,16 @@ const fn lookup_table() -> [u8; LOOKUP_MAX / 8 + 1] {
 pub fn class_of(size: usize) -> usize {
     debug_assert!(size <= MAX_SMALL_BYTES);
     if size <= LOOKUP_MAX {
-        LOOKUP[(size + 7) >> 3] as usize
+        class_by_table(size)
     } else {
         class_by_log(size)
     }
+}
+
+/// `class_of` for `size <= LOOKUP_MAX`: one table load.
+#[inline(always)]
+pub fn class_by_table(size: usize) -> usize {
+    LOOKUP[(size + 7) >> 3] as usize
 }
 
 /// The class for `size` bytes at alignment `align` (a power of two), or None

@@ -23,7 +23,7 @@
 //! stored encoded as `next ^ SECRET ^ bswap(slot)` (SLAB_FREELIST_HARDENED), so
 //! a forged or overwritten link is detected rather than followed.
 
-use core::cell::Cell;
+use core::cell::{Cell, UnsafeCell};
 use core::ptr;
 
 use crate::os;
@@ -36,6 +36,8 @@ pub const FREE: u8 = 0;
 pub const OWNED: u8 = 1;
 pub const LISTED: u8 = 2;
 pub const FULL: u8 = 3;
+/// OWNED and on its owner's thread partial list.
+pub const PARTIAL: u8 = 4;
 
 /// Set in `remote` while a thread heap owns the slab.
 pub const REMOTE_OWNED: usize = 1;
@@ -48,19 +50,22 @@ pub fn remote_list(word: usize) -> *mut u8 {
     (word & !(REMOTE_OWNED | REMOTE_LISTED)) as *mut u8
 }
 
-/// The free-list secret: random per process, set once before the first list
-/// is written (see `thread_heap::init_process`).
-static SECRET: AtomicUsize = AtomicUsize::new(0);
+/// The free-list secret: random per process, written once by `init_secret`
+/// before the first list exists and only read afterwards. A plain cell, not
+/// an atomic, so that a fast path that decodes and encodes loads it once.
+struct Secret(UnsafeCell<usize>);
 
+// SAFETY: the one write happens in `thread_heap::init_process` before any
+// heap exists; every read follows, through that function's Release/Acquire on
+// its INIT flag or through a lock taken after the list being read was made.
+unsafe impl Sync for Secret {}
+
+static SECRET: Secret = Secret(UnsafeCell::new(0));
+
+/// Called once per process, before any free list is written.
 pub fn init_secret() {
-    // Relaxed: every thread reads the secret only after its heap was created
-    // under the registry lock, which orders this store before those reads.
-    let _ = SECRET.compare_exchange(
-        0,
-        os::random_u64() as usize,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
+    // SAFETY: see `Secret`: no other thread reads or writes it yet.
+    unsafe { *SECRET.0.get() = os::random_u64() as usize };
 }
 
 /// The largest carve batch (a page of 8-byte objects).
@@ -79,7 +84,8 @@ fn carve_random() -> u64 {
 
 #[inline(always)]
 pub fn secret() -> usize {
-    SECRET.load(Ordering::Relaxed)
+    // SAFETY: see `Secret`: written once before any reader.
+    unsafe { *SECRET.0.get() }
 }
 
 /// The encoded form of the link `slot -> next`. Cost: bswap and two xors.
@@ -134,7 +140,10 @@ pub struct Slab {
     pub prev: Cell<*mut Slab>,
     /// The test for "is this the start of an object slot".
     pub div: Cell<Divisor>,
-    /// Objects handed out or detached into a heap; exact when not OWNED.
+    /// Objects not free in the slab. Exact when not owned; when owned it
+    /// also counts objects on the remote list and, for the active slab, on
+    /// the heap's detached list, so that a local free that brings it to 0
+    /// has just emptied a slab on the thread partial list.
     pub inuse: Cell<u32>,
     /// Objects in the slab, and how many have been carved into free lists
     /// (the rest are untouched, still zero pages).
@@ -242,6 +251,12 @@ impl Slab {
     /// Objects not carved yet; they count as free.
     pub fn uncarved(&self) -> u32 {
         self.objects.get() - self.carved.get()
+    }
+
+    /// `inuse` of the active slab after a refill: everything carved is in
+    /// use or on the heap's detached list.
+    pub fn set_inuse_active(&self) {
+        self.inuse.set(self.carved.get());
     }
 }
 
