@@ -13,8 +13,8 @@ use crate::sync::{Lock, Locked, Ordering};
 /// than `CACHE_MAX_BLOCK`. A request takes the smallest cached mapping of at
 /// least its size and at most four times it; a mapping unused for the purge
 /// delay is unmapped.
-const CACHE_SLOTS: usize = 16;
-const CACHE_MAX_BYTES: usize = 64 << 20;
+const CACHE_SLOTS: usize = 32;
+const CACHE_MAX_BYTES: usize = 128 << 20;
 const CACHE_MAX_BLOCK: usize = 16 << 20;
 /// Recently freed addresses, to name a second free "double free".
 const FREED_RING: usize = 64;
