@@ -7,9 +7,10 @@
 //!   `local_free`, `carved`, `next`; any other thread frees by pushing onto
 //!   `remote` with one CAS.
 //! - FULL (`remote == 0`): nobody owns it, it is on no list and has no free
-//!   object. The first free claims it with one CAS from 0 to its own object
-//!   plus `REMOTE_OWNED`: no lock. It hands the slab back to `last_owner`
-//!   (pushed on that heap's `returned` stack), or adopts it onto its own
+//!   object. The first free claims it with one CAS from 0 to `REMOTE_OWNED`:
+//!   no lock. Alone with the fields until it hands the slab on, it puts its
+//!   object on `local_free`, then gives the slab back to `last_owner` (pushed
+//!   on that heap's `returned` stack, Release), or adopts it onto its own
 //!   partial list (SLUB's `put_cpu_partial`) if that heap is gone.
 //! - LISTED (`remote == REMOTE_LISTED`): on the node partial list, nobody owns
 //!   it; every field is protected by the node lock of its class.

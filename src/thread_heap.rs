@@ -431,9 +431,15 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 c.ev.inc(Ev::RefillOwn);
                 return true;
             }
+            // A plain load first: the swap is a locked instruction on a
+            // line the freers write, not worth paying when nothing came.
             // Acquire: pairs with the Release CAS of each remote free, so
             // the links written by the freers are visible.
-            let remote = remote_list(a.remote.0.swap(REMOTE_OWNED, Ordering::Acquire));
+            let remote = if a.remote.0.load(Ordering::Relaxed) == REMOTE_OWNED {
+                ptr::null_mut()
+            } else {
+                remote_list(a.remote.0.swap(REMOTE_OWNED, Ordering::Acquire))
+            };
             if !remote.is_null() {
                 c.free.set(remote);
                 a.set_inuse_active();
@@ -601,23 +607,23 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
         }
         let class = slab.class.get() as usize;
         if r == 0 {
-            // FULL: adopt it onto our partial list with one CAS that also
-            // records `p` as its first remote free (SLUB's put_cpu_partial).
-            // SAFETY: `p` is a live object the caller gives up.
-            unsafe { set_next(p, ptr::null_mut()) };
-            // AcqRel: Acquire sees the fields the last owner published with
-            // its Release CAS to 0; Release publishes `p`'s link.
+            // FULL: one CAS claims it (no lock, SLUB's put_cpu_partial);
+            // then, alone with its fields until we hand it on, we put `p`
+            // on its local list and give it back to the heap that filled it,
+            // or adopt it onto our partial list.
+            // Acquire: sees the fields the last owner published with its
+            // Release CAS to 0.
             if slab
                 .remote
                 .0
-                .compare_exchange(
-                    0,
-                    p as usize | REMOTE_OWNED,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
+                .compare_exchange(0, REMOTE_OWNED, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
+                // SAFETY: `p` is a live object the caller gives up; a FULL
+                // slab's local list is empty.
+                unsafe { set_next(p, ptr::null_mut()) };
+                slab.local_free.set(p);
+                slab.inuse.set(slab.objects.get() - 1);
                 let last = slab.last_owner.get();
                 if !last.is_null() && !core::ptr::eq(last, heap) && give_back(last, class, slab) {
                     heap.classes[class].ev.inc(Ev::FreeRemote);
@@ -713,18 +719,9 @@ fn adopt(heap: &Heap, class: usize, slab: &Slab) {
     keep_partial(heap, class, slab);
 }
 
-/// A slab that was FULL and is ours again joins the partial list, with its
-/// remote list (the frees since it filled, usually one) moved to
-/// `local_free` so that `inuse` is exact and a slab whose objects are all
-/// freed by us leaves when it empties. Already empty: it leaves now.
+/// A slab that was FULL and is ours again joins the partial list, unless its
+/// objects were all freed meanwhile (by us, its owner): then it leaves now.
 fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
-    // Acquire: pairs with the Release CAS of each remote free.
-    let remote = remote_list(slab.remote.0.swap(REMOTE_OWNED, Ordering::Acquire));
-    let bound = slab.objects.get();
-    let n = slab::list_len(remote, bound);
-    slab.local_free
-        .set(slab::list_join(remote, slab.local_free.get(), bound));
-    slab.inuse.set(slab.inuse.get() - n);
     if slab.inuse.get() == 0 {
         return release_empty(heap, class, slab);
     }
