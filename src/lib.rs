@@ -57,24 +57,29 @@ pub struct SlubMalloc;
 
 // SAFETY: every method honours the GlobalAlloc contract: blocks are at least
 // `layout.size()` bytes at `layout.align()`, null on failure, never unwinding.
+//
+// The methods are `#[inline]` for Rust programs, except in the `override`
+// build (the LD_PRELOAD library): code inlinable into other crates makes the
+// allocator's statics exported symbols, which the C entry points would then
+// reach through the GOT (an extra load per access on the fast paths).
 unsafe impl GlobalAlloc for SlubMalloc {
-    #[inline]
+    #[cfg_attr(not(feature = "override"), inline)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         alloc::alloc(layout.size(), layout.align())
     }
 
-    #[inline]
+    #[cfg_attr(not(feature = "override"), inline)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller passes a live block allocated with `layout`.
         unsafe { alloc::free_with_layout(ptr, layout.size(), layout.align()) }
     }
 
-    #[inline]
+    #[cfg_attr(not(feature = "override"), inline)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         alloc::alloc_zeroed(layout.size(), layout.align())
     }
 
-    #[inline]
+    #[cfg_attr(not(feature = "override"), inline)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller passes a live block allocated with `layout`.
         unsafe { alloc::realloc(ptr, layout.align(), new_size) }

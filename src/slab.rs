@@ -298,10 +298,11 @@ pub fn list_contains(mut obj: *mut u8, target: *mut u8, bound: u32) -> bool {
     false
 }
 
-/// Appends list `a` in front of list `b`; returns the joined head. Walks `a`.
-pub fn list_join(a: *mut u8, b: *mut u8, bound: u32) -> *mut u8 {
+/// Appends list `a` in front of list `b`; returns the joined head and the
+/// length of `a`, which it walks (stopping the process if it is corrupted).
+pub fn list_join(a: *mut u8, b: *mut u8, bound: u32) -> (*mut u8, u32) {
     if a.is_null() {
-        return b;
+        return (b, 0);
     }
     let mut tail = a;
     let mut n = 0;
@@ -322,5 +323,5 @@ pub fn list_join(a: *mut u8, b: *mut u8, bound: u32) -> *mut u8 {
     }
     // SAFETY: `tail` is the last object of list `a`, free and ours.
     unsafe { set_next(tail, b) };
-    a
+    (a, n)
 }

@@ -892,9 +892,12 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     // Acquire: see the remote freers' links. After this swap freers see
     // LISTED and queue on the node lock we hold.
     let remote = remote_list(slab.remote.0.swap(REMOTE_LISTED, Ordering::Acquire));
-    let mut list = slab::list_join(detached, slab.local_free.get(), bound);
-    list = slab::list_join(remote, list, bound);
-    let free = slab::list_len(list, bound) + slab.uncarved();
+    // `inuse` counts what is not on `local_free` (see `Slab::inuse`), so of
+    // the lists only the detached and the remote one are walked.
+    let local = slab.carved.get() - slab.inuse.get();
+    let (list, detached_n) = slab::list_join(detached, slab.local_free.get(), bound);
+    let (list, remote_n) = slab::list_join(remote, list, bound);
+    let free = detached_n + local + remote_n + slab.uncarved();
     slab.local_free.set(list);
     slab.inuse.set(bound - free);
     slab.next.set(ptr::null_mut());
@@ -931,9 +934,9 @@ pub fn flush(heap: &Heap, closing: bool) {
         let a = c.active.replace(ptr::null_mut());
         if !a.is_null() {
             // SAFETY: our active slab is live and ours.
-            let detached = slab::list_join(
-                c.free.replace(ptr::null_mut()),
+            let (detached, _) = slab::list_join(
                 c.stash.replace(ptr::null_mut()),
+                c.free.replace(ptr::null_mut()),
                 u32::MAX,
             );
             release(heap, class, unsafe { &*a }, detached);
