@@ -417,8 +417,16 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
 
 /// Fills `c.free`, from (in order) the active slab's own lists, the thread
 /// partial list, the node partial list, a new slab. False when out of memory.
+///
+/// An active slab that runs out trades places with the oldest partial slab:
+/// it stays ours at the tail of the partial list, where our frees reach it on
+/// the fast path and others' on its remote list, until its turn comes again.
+/// Only a slab that comes round with nothing to give (no free in a whole
+/// turn) is made FULL and leaves the heap.
 fn refill(heap: &Heap, class: usize) -> bool {
     let c = &heap.classes[class];
+    // Whether the active slab was taken during this call.
+    let mut taken = false;
     loop {
         let a = c.active.get();
         if !a.is_null() {
@@ -458,11 +466,20 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 a.set_inuse_active();
                 return true;
             }
+            if !taken && !c.partial.get().is_null() {
+                let p = c.pop_partial();
+                c.push_partial(a, true);
+                c.active.set(p);
+                c.ev.inc(Ev::RefillPartial);
+                taken = true;
+                continue;
+            }
             if !deactivate_full(heap, a) {
                 continue; // a remote free arrived meanwhile
             }
             c.active.set(ptr::null_mut());
         }
+        taken = true;
         let p = c.pop_partial();
         if !p.is_null() {
             c.active.set(p);
