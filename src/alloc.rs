@@ -14,15 +14,23 @@ use crate::thread_heap;
 #[cfg_attr(not(feature = "override"), allow(dead_code))]
 #[inline(always)]
 pub fn malloc(size: usize) -> *mut u8 {
-    // Up to 1 KiB first: one compare and the table, the common case.
-    let class = if size <= size_class::LOOKUP_MAX {
-        size_class::class_by_table(size)
-    } else if size <= MAX_SMALL_BYTES {
-        size_class::class_by_log(size)
+    // Up to 1 KiB, the common case, straight through: a compare and the table.
+    if size <= size_class::LOOKUP_MAX {
+        thread_heap::alloc(size_class::class_by_table(size), size, 16)
     } else {
-        return large::alloc(size, 16, false);
-    };
-    thread_heap::alloc(class, size, 16)
+        malloc_above_table(size)
+    }
+}
+
+/// `malloc` above 1 KiB, out of line so that the common case falls through.
+#[cfg_attr(not(feature = "override"), allow(dead_code))]
+#[inline(never)]
+fn malloc_above_table(size: usize) -> *mut u8 {
+    if size <= MAX_SMALL_BYTES {
+        thread_heap::alloc(size_class::class_by_log(size), size, 16)
+    } else {
+        large::alloc(size, 16, false)
+    }
 }
 
 /// Allocation with any power-of-two alignment.

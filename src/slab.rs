@@ -153,6 +153,9 @@ pub struct Slab {
     pub size: Cell<u32>,
     pub class: Cell<u8>,
     pub state: Cell<u8>,
+    /// `class` times the size of a heap's per-class part: the free fast path
+    /// finds its class heap with one load, no shift.
+    pub heap_offset: Cell<u16>,
     /// Remote free list (encoded links) and the state bits, see above.
     pub remote: Remote,
     /// While FULL: the heap that filled it (null if none), to which the
@@ -182,6 +185,8 @@ impl Slab {
         let size = crate::size_class::CLASS_BYTES[class];
         self.size.set(size);
         self.class.set(class as u8);
+        self.heap_offset
+            .set((class * core::mem::size_of::<crate::thread_heap::ClassHeap>()) as u16);
         self.div.set(DIVISORS[class]);
         self.objects.set(crate::size_class::objects_per_slab(class));
         self.carved.set(0);

@@ -61,6 +61,8 @@ pub struct ClassHeap {
 }
 
 const _: () = assert!(core::mem::size_of::<ClassHeap>() == 256);
+// `Slab::heap_offset` holds a class's offset in a heap in 16 bits.
+const _: () = assert!(NUM_CLASSES * core::mem::size_of::<ClassHeap>() <= u16::MAX as usize);
 
 #[repr(C, align(64))]
 pub struct Heap {
@@ -153,6 +155,21 @@ impl ClassHeap {
 }
 
 impl Heap {
+    /// The class heap at byte offset `offset` (a `Slab::heap_offset`):
+    /// `classes` is the first field, so no multiply.
+    #[inline(always)]
+    fn class_at(&self, offset: u16) -> &ClassHeap {
+        debug_assert!((offset as usize) < core::mem::size_of_val(&self.classes));
+        // SAFETY: a slab's `heap_offset` is its class times the size of a
+        // ClassHeap, inside `classes`, which starts the repr(C) Heap.
+        unsafe {
+            &*(self as *const Heap)
+                .cast::<u8>()
+                .add(offset as usize)
+                .cast::<ClassHeap>()
+        }
+    }
+
     /// Empties a pooled heap for a new thread: lists, counters, and the
     /// `returned` stacks reopened (atomically: giving back may still look).
     fn reset(&self) {
@@ -263,8 +280,8 @@ pub unsafe fn free(p: *mut u8) {
     if CHECKS && link_is_sane(p, unsafe { get_next(p) }) {
         return free_suspicious(heap, slab, p);
     }
-    // SAFETY: the slab's class is in range.
-    let c = unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) };
+    // SAFETY: `heap` is this thread's live heap.
+    let c = unsafe { (*heap).class_at(slab.heap_offset.get()) };
     // (The counter goes last: a store through `c` before the pushes would
     // make the compiler load the free-list secret a second time.)
     if ptr::eq(c.active.get(), slab) {
