@@ -16,7 +16,7 @@ use crate::thread_heap;
 pub fn malloc(size: usize) -> *mut u8 {
     // Up to 1 KiB, the common case, straight through: a compare and the table.
     if size <= size_class::LOOKUP_MAX {
-        thread_heap::alloc(size_class::class_by_table(size), size, 16)
+        thread_heap::alloc_scaled(size_class::scaled_class_by_table(size), size, 16)
     } else {
         malloc_above_table(size)
     }

@@ -82,8 +82,29 @@ pub fn slab_of(p: *mut u8) -> *mut Slab {
 /// one byte compare.
 #[inline(always)]
 pub fn contains(p: *mut u8) -> bool {
-    let region = p as usize >> SEGMENT_SHIFT;
+    let region = segment_index(p as usize);
     region < MAP_ENTRIES && MAP[region].load(Ordering::Relaxed) != 0
+}
+
+/// `p >> SEGMENT_SHIFT`. On x86-64 the shift is written in asm: LLVM would
+/// otherwise turn the bound check on it into a second shift of `p` (two
+/// more instructions on every `free`).
+#[inline(always)]
+fn segment_index(p: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut r = p;
+        // SAFETY: a register shift; touches no memory, flags only.
+        unsafe {
+            core::arch::asm!("shr {r}, {s}", r = inout(reg) r, s = const SEGMENT_SHIFT,
+                options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        p >> SEGMENT_SHIFT
+    }
 }
 
 fn set_mapped(seg: usize, on: bool) {

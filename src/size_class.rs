@@ -14,6 +14,9 @@ pub const LOOKUP_MAX: usize = 1024;
 pub static CLASS_BYTES: [u32; NUM_CLASSES] = class_sizes();
 /// `LOOKUP[(size + 7) >> 3]` is the class of `size` for `size <= 1024`.
 static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = lookup_table();
+/// The same, times `CLASS_SCALE`: C's `malloc` indexes the thread heap with
+/// it directly.
+static LOOKUP_SCALED: [u16; LOOKUP_MAX / 8 + 1] = scaled_table();
 
 const fn class_sizes() -> [u32; NUM_CLASSES] {
     let mut sizes = [0u32; NUM_CLASSES];
@@ -78,6 +81,27 @@ pub fn class_of(size: usize) -> usize {
 #[inline(always)]
 pub fn class_by_table(size: usize) -> usize {
     LOOKUP[(size + 7) >> 3] as usize
+}
+
+/// The size of a thread heap's per-class part (`thread_heap::ClassHeap`).
+pub const CLASS_SCALE: usize = 256;
+
+/// `class_by_table(size) * CLASS_SCALE`, with one load and no shift.
+#[cfg_attr(not(feature = "override"), allow(dead_code))]
+#[inline(always)]
+pub fn scaled_class_by_table(size: usize) -> usize {
+    LOOKUP_SCALED[(size + 7) >> 3] as usize
+}
+
+const fn scaled_table() -> [u16; LOOKUP_MAX / 8 + 1] {
+    let classes = lookup_table();
+    let mut t = [0u16; LOOKUP_MAX / 8 + 1];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = (classes[i] as usize * CLASS_SCALE) as u16;
+        i += 1;
+    }
+    t
 }
 
 /// The class for `size` bytes at alignment `align` (a power of two), or None

@@ -92,13 +92,13 @@ pub fn secret() -> usize {
 /// The encoded form of the link `slot -> next`. Cost: bswap and two xors.
 #[inline(always)]
 pub fn encode(next: *mut u8, slot: *mut u8) -> usize {
-    next as usize ^ secret() ^ (slot as usize).swap_bytes()
+    (slot as usize).swap_bytes() ^ secret() ^ next as usize
 }
 
 /// Inverse of `encode`.
 #[inline(always)]
 pub fn decode(stored: usize, slot: *mut u8) -> *mut u8 {
-    (stored ^ secret() ^ (slot as usize).swap_bytes()) as *mut u8
+    ((slot as usize).swap_bytes() ^ secret() ^ stored) as *mut u8
 }
 
 /// Writes the link `obj -> next`.
@@ -153,8 +153,8 @@ pub struct Slab {
     pub size: Cell<u32>,
     pub class: Cell<u8>,
     pub state: Cell<u8>,
-    /// `class` times the size of a heap's per-class part: the free fast path
-    /// finds its class heap with one load, no shift.
+    /// `class` times `CLASS_SCALE`, the size of a heap's per-class part: the
+    /// free fast path finds its class heap with one load, no shift.
     pub heap_offset: Cell<u16>,
     /// Remote free list (encoded links) and the state bits, see above.
     pub remote: Remote,
@@ -186,7 +186,7 @@ impl Slab {
         self.size.set(size);
         self.class.set(class as u8);
         self.heap_offset
-            .set((class * core::mem::size_of::<crate::thread_heap::ClassHeap>()) as u16);
+            .set((class * crate::size_class::CLASS_SCALE) as u16);
         self.div.set(DIVISORS[class]);
         self.objects.set(crate::size_class::objects_per_slab(class));
         self.carved.set(0);

@@ -60,7 +60,7 @@ pub struct ClassHeap {
     pub ev: Counters,
 }
 
-const _: () = assert!(core::mem::size_of::<ClassHeap>() == 256);
+const _: () = assert!(core::mem::size_of::<ClassHeap>() == crate::size_class::CLASS_SCALE);
 // `Slab::heap_offset` holds a class's offset in a heap in 16 bits.
 const _: () = assert!(NUM_CLASSES * core::mem::size_of::<ClassHeap>() <= u16::MAX as usize);
 
@@ -155,17 +155,21 @@ impl ClassHeap {
 }
 
 impl Heap {
-    /// The class heap at byte offset `offset` (a `Slab::heap_offset`):
-    /// `classes` is the first field, so no multiply.
+    /// The class heap at byte offset `offset`: `classes` is the first field,
+    /// so no multiply.
+    ///
+    /// # Safety
+    /// `offset` is a class times `CLASS_SCALE` (a `Slab::heap_offset`, or
+    /// from `size_class::scaled_class_by_table`).
     #[inline(always)]
-    fn class_at(&self, offset: u16) -> &ClassHeap {
-        debug_assert!((offset as usize) < core::mem::size_of_val(&self.classes));
-        // SAFETY: a slab's `heap_offset` is its class times the size of a
-        // ClassHeap, inside `classes`, which starts the repr(C) Heap.
+    unsafe fn class_at(&self, offset: usize) -> &ClassHeap {
+        debug_assert!(offset < core::mem::size_of_val(&self.classes));
+        // SAFETY: per the contract, inside `classes`, which starts the
+        // repr(C) Heap.
         unsafe {
             &*(self as *const Heap)
                 .cast::<u8>()
-                .add(offset as usize)
+                .add(offset)
                 .cast::<ClassHeap>()
         }
     }
@@ -228,12 +232,21 @@ const CHECKS: bool = !cfg!(feature = "bench-no-checks");
 /// the detached free list, a link check, two stores and a counter increment.
 #[inline(always)]
 pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
+    alloc_scaled(class * core::mem::size_of::<ClassHeap>(), size, align)
+}
+
+/// `alloc` for the class at byte offset `scaled` in the heap (the class times
+/// `CLASS_SCALE`, as `size_class::scaled_class_by_table` gives it).
+#[inline(always)]
+pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     let heap = current();
-    // SAFETY: `heap` is this thread's heap or a static one; `class` is in range.
-    let c = unsafe { (*heap).classes.get_unchecked(class) };
+    debug_assert!(scaled < NUM_CLASSES * core::mem::size_of::<ClassHeap>());
+    // SAFETY: `heap` is this thread's heap or a static one; `scaled` is a
+    // class's offset, below `NUM_CLASSES * CLASS_SCALE`.
+    let c = unsafe { (*heap).class_at(scaled) };
     let obj = c.free.get();
     if obj.is_null() {
-        return alloc_slow(class, size, align);
+        return alloc_slow(scaled / core::mem::size_of::<ClassHeap>(), size, align);
     }
     // SAFETY: `obj` is a free object of our active slab.
     let next = unsafe { get_next(obj) };
@@ -280,8 +293,8 @@ pub unsafe fn free(p: *mut u8) {
     if CHECKS && link_is_sane(p, unsafe { get_next(p) }) {
         return free_suspicious(heap, slab, p);
     }
-    // SAFETY: `heap` is this thread's live heap.
-    let c = unsafe { (*heap).class_at(slab.heap_offset.get()) };
+    // SAFETY: `heap` is this thread's live heap; `heap_offset` is a class's.
+    let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
     // (The counter goes last: a store through `c` before the pushes would
     // make the compiler load the free-list secret a second time.)
     if ptr::eq(c.active.get(), slab) {
