@@ -36,6 +36,12 @@ fn malloc_above_table(size: usize) -> *mut u8 {
 /// Allocation with any power-of-two alignment.
 #[inline(always)]
 pub fn alloc(size: usize, align: usize) -> *mut u8 {
+    // The common case as in `malloc`: every class from 16 bytes up is
+    // 16-byte aligned, so up to that alignment the table decides.
+    let want = size.max(align);
+    if want <= size_class::LOOKUP_MAX && align <= 16 {
+        return thread_heap::alloc_scaled(size_class::scaled_class_by_table(want), size, align);
+    }
     match class_for(size, align) {
         Some(class) => thread_heap::alloc(class, size, align),
         None => large::alloc(size, align, false),

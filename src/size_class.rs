@@ -87,7 +87,6 @@ pub fn class_by_table(size: usize) -> usize {
 pub const CLASS_SCALE: usize = 256;
 
 /// `class_by_table(size) * CLASS_SCALE`, with one load and no shift.
-#[cfg_attr(not(feature = "override"), allow(dead_code))]
 #[inline(always)]
 pub fn scaled_class_by_table(size: usize) -> usize {
     LOOKUP_SCALED[(size + 7) >> 3] as usize
