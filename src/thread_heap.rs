@@ -28,11 +28,11 @@ use crate::sync::{AtomicPtr, Lock, Locked, Ordering};
 const CLOSED: *mut Slab = 1 as *mut Slab;
 
 /// Slabs a thread keeps on its partial list per class, besides the active one;
-/// past it the oldest goes to the node list. Most are nearly full (adopted at
-/// their first free) and a slab that empties leaves at once, so holding them
-/// costs little memory. larson (2 threads, 10,000 blocks of 16..1024 bytes
-/// each) needs about 17 slabs of its biggest classes per thread: CPU time
-/// 0.30 s with 16, 0.22 s with 32 (tcmalloc 0.18 s).
+/// past it the oldest goes to the node list. Most are nearly full and a slab
+/// that empties leaves at once, so holding them costs little memory. larson
+/// (2 threads, 10,000 blocks of 16..1024 bytes each) needs about 17 slabs of
+/// its biggest classes per thread: median CPU time 0.285 s with 16, 0.216 s
+/// with 32 (7 interleaved runs, tcmalloc 0.181 s).
 const MAX_THREAD_PARTIAL: u32 = 32;
 
 /// Per class: the fast path's state and this thread's counters for the class.
