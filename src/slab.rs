@@ -164,8 +164,15 @@ pub struct Slab {
     pub last_owner: Cell<*mut Heap>,
 }
 
-#[repr(C, align(64))]
+/// The `remote` word. It opens the descriptor's second cache line (checked
+/// below), away from the fields the owner writes on its fast paths.
+#[repr(C)]
 pub struct Remote(pub AtomicUsize);
+
+const _: () = assert!(core::mem::offset_of!(Slab, remote) == 64);
+// Descriptors are packed 128 bytes apart: the headers of 4 MiB-aligned
+// segments share cache sets, and twice that stride doubled their conflicts.
+const _: () = assert!(core::mem::size_of::<Slab>() == 128);
 
 // SAFETY: the Cell fields are touched only by the slab's owner or under the
 // node/segment lock, per the protocol above.
