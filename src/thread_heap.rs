@@ -283,7 +283,8 @@ pub unsafe fn free(p: *mut u8) {
     let heap = current();
     // SAFETY: per the contract, `p`'s segment header is mapped.
     let slab = unsafe { &*slab_of(p) };
-    if slab.owner.load(Ordering::Relaxed) != heap {
+    // Acquire: pairs with `give_back`'s Release (a plain load on x86-64).
+    if slab.owner.load(Ordering::Acquire) != heap {
         return free_slow(slab, p);
     }
     if CHECKS && !slab.is_object_start(p) {
@@ -656,7 +657,8 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
         // CAS of an earlier freer), so its fields are visible.
         let r = slab.remote.0.load(Ordering::Acquire);
         if r & REMOTE_OWNED != 0 {
-            if slab.owner.load(Ordering::Relaxed) == me {
+            // Acquire: as in `free`.
+            if slab.owner.load(Ordering::Acquire) == me {
                 // ORPHAN_HEAP owns it, or our own slab reached the slow path.
                 return free_owned_slow(heap, slab, p);
             }
@@ -756,7 +758,10 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
 /// refill. False if that heap's thread has exited.
 fn give_back(last: *mut Heap, class: usize, slab: &Slab) -> bool {
     slab.state.set(OWNED);
-    slab.owner.store(owner_tag(last), Ordering::Relaxed);
+    // Release: the owner's fast path may free into the slab as soon as it
+    // sees itself here (Acquire); it must see `local_free` and `inuse` as we
+    // left them.
+    slab.owner.store(owner_tag(last), Ordering::Release);
     // SAFETY: heaps are never unmapped; an exited one reads CLOSED.
     let stack = unsafe { &(*last).classes[class].returned };
     let mut head = stack.load(Ordering::Relaxed);
