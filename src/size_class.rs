@@ -201,6 +201,17 @@ mod tests {
     }
 
     #[test]
+    fn the_scaled_table_is_the_class_times_the_scale() {
+        for size in 0..=LOOKUP_MAX {
+            assert_eq!(
+                scaled_class_by_table(size),
+                class_of(size) * CLASS_SCALE,
+                "size {size}"
+            );
+        }
+    }
+
+    #[test]
     fn classes_grow_and_are_16_byte_multiples_from_16() {
         assert_eq!(CLASS_BYTES[0], 8);
         assert_eq!(CLASS_BYTES[NUM_CLASSES - 1] as usize, MAX_SMALL_BYTES);
