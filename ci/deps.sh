@@ -12,6 +12,15 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "ci/deps.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "ci/deps.sh: not root and no sudo: install ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo -E)
+  fi
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# What the tests run, present now:
+for cmd in cc g++ gcc python3 sqlite3 git kill; do
+  command -v "$cmd" >/dev/null || { echo "ci/deps.sh: $cmd missing after install" >&2; exit 1; }
+done
