@@ -7,7 +7,7 @@
 use core::ptr;
 
 use crate::os::{self, PAGE_BYTES};
-use crate::sync::{Lock, Locked, Ordering};
+use crate::sync::{store_order_fence, Locked, Ordering};
 
 /// Cached mappings: at most this many, this many bytes in all, each no larger
 /// than `CACHE_MAX_BLOCK`. A request takes the smallest cached mapping of at
@@ -50,6 +50,9 @@ struct Table {
     slots: *mut Entry,
     /// Capacity, a power of two (0 before the first block).
     cap: usize,
+    /// While `grow` switches arrays: the new one, complete, and its
+    /// capacity, for a forked child that finds the switch half done.
+    growing: (*mut Entry, usize),
     /// Live entries plus tombstones.
     used: usize,
     cache: [Cached; CACHE_SLOTS],
@@ -64,6 +67,7 @@ unsafe impl Send for Table {}
 static LARGE: Locked<Table> = Locked::new(Table {
     slots: ptr::null_mut(),
     cap: 0,
+    growing: (ptr::null_mut(), 0),
     used: 0,
     cache: [NO_CACHED; CACHE_SLOTS],
     cached_bytes: 0,
@@ -71,12 +75,28 @@ static LARGE: Locked<Table> = Locked::new(Table {
     freed_next: 0,
 });
 
-pub fn lock() -> &'static Lock {
-    &LARGE.lock
-}
-
 fn hash(p: usize, cap: usize) -> usize {
     ((p >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & (cap - 1)
+}
+
+/// Writes `e` into the first unused slot of its probe sequence in `slots`
+/// (`cap` entries, not full); returns whether that slot was EMPTY (rather
+/// than a tombstone). The entry's address goes last, so a forked child
+/// never finds a named block with another block's mapping.
+fn place(slots: *mut Entry, cap: usize, e: Entry) -> bool {
+    let mut i = hash(e.ptr, cap);
+    // SAFETY: i < cap and `slots` maps `cap` entries (for every i below).
+    while unsafe { (*slots.add(i)).ptr } > TOMBSTONE {
+        i = (i + 1) & (cap - 1);
+    }
+    // SAFETY: as above.
+    let slot = unsafe { &mut *slots.add(i) };
+    let was_empty = slot.ptr == EMPTY;
+    slot.base = e.base;
+    slot.len = e.len;
+    store_order_fence();
+    slot.ptr = e.ptr;
+    was_empty
 }
 
 impl Table {
@@ -109,14 +129,9 @@ impl Table {
         if (self.used + 1) * 4 > self.cap * 3 && !self.grow() {
             return false;
         }
-        let mut i = hash(e.ptr, self.cap);
-        while self.slot(i).ptr > TOMBSTONE {
-            i = (i + 1) & (self.cap - 1);
-        }
-        if self.slot(i).ptr == EMPTY {
+        if place(self.slots, self.cap, e) {
             self.used += 1;
         }
-        *self.slot_mut(i) = e;
         true
     }
 
@@ -127,16 +142,24 @@ impl Table {
             return false;
         }
         let (old, old_cap) = (self.slots, self.cap);
-        self.slots = slots;
-        self.cap = new_cap;
-        self.used = 0;
+        let mut used = 0;
         for i in 0..old_cap {
             // SAFETY: i < old_cap within the old mapping.
             let e = unsafe { *old.add(i) };
             if e.ptr > TOMBSTONE {
-                self.insert(e);
+                place(slots, new_cap, e);
+                used += 1;
             }
         }
+        // The new array is complete before the table names it; a child
+        // forked during the switch takes `growing` (`repair_in_child`).
+        self.growing = (slots, new_cap);
+        store_order_fence();
+        self.slots = slots;
+        self.cap = new_cap;
+        self.used = used;
+        store_order_fence();
+        self.growing = (ptr::null_mut(), 0);
         if !old.is_null() {
             os::unmap(old.cast(), old_cap * core::mem::size_of::<Entry>());
         }
@@ -328,8 +351,15 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             os::set_enomem();
             return Some(ptr::null_mut());
         }
+        // The entry leaves before the mapping moves, so that the table never
+        // names a mapping that may be gone (a forked child sees the table as
+        // it was at any point of this).
+        let i = t.find(p).unwrap_or(i); // `grow` may have moved it
+        t.slot_mut(i).ptr = TOMBSTONE;
+        store_order_fence();
         let q = os::remap(p as *mut u8, e.len, new_len) as usize;
         if q == 0 {
+            t.slot_mut(i).ptr = p;
             return Some(ptr::null_mut());
         }
         let g = crate::stats::global();
@@ -341,8 +371,6 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             (new_len as u64).wrapping_sub(e.len as u64),
             Ordering::Relaxed,
         );
-        let i = t.find(p).unwrap_or(i); // `grow` may have moved it
-        t.slot_mut(i).ptr = TOMBSTONE;
         t.insert(Entry {
             ptr: q,
             base: q,
@@ -373,6 +401,32 @@ pub fn purge_cache(cutoff_ns: u64) -> bool {
         unmap(c.base, c.len);
     }
     left
+}
+
+/// In a forked child whose parent had other threads (see `fork`), if one of
+/// them held the table's lock: finishes a half-done `grow`, recounts the
+/// used slots, drops the cache (an entry may be half written; its mappings
+/// stay mapped in the child, unused), and frees the lock. Live entries are
+/// whole: `place` writes the address last, `free` and `realloc` remove one
+/// with a single store before the mapping changes.
+pub fn repair_in_child() {
+    if !LARGE.lock.is_locked() {
+        return;
+    }
+    // SAFETY: the child runs one thread, and the thread that held the lock
+    // is gone: nothing else touches the table.
+    let t = unsafe { &mut *LARGE.data_ptr() };
+    if !t.growing.0.is_null() {
+        (t.slots, t.cap) = t.growing;
+        t.growing = (ptr::null_mut(), 0);
+    }
+    t.used = (0..t.cap).filter(|&i| t.slot(i).ptr != EMPTY).count();
+    t.cache = [NO_CACHED; CACHE_SLOTS];
+    t.cached_bytes = 0;
+    crate::stats::global()
+        .large_cached
+        .store(0, Ordering::Relaxed);
+    LARGE.lock.reset_in_child();
 }
 
 /// Number of live large blocks by walking the table (verification only).

@@ -21,13 +21,14 @@
 //!
 //! Layers, each using only those above it in this list: `os`, `sync`, `fmt`
 //! -> `size_class`, `segment`, `slab` -> `node`, `thread_heap`, `large` ->
-//! `alloc`, `stats`, `walk`, `report` -> this file and `ffi`.
+//! `alloc`, `stats`, `walk`, `report`, `fork` -> this file and `ffi`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod alloc;
 mod debug;
 mod fmt;
+mod fork;
 mod large;
 mod node;
 mod options;

@@ -11,7 +11,7 @@ use core::ptr;
 
 use crate::segment;
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{Slab, LISTED};
+use crate::slab::{Slab, FREE, LISTED, REMOTE_LISTED};
 use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
 
 /// Empty slabs a node keeps before returning them to their segment. SLUB keeps
@@ -67,9 +67,21 @@ impl Node {
 
     /// Puts an unowned slab with free objects on the list. Lock held.
     pub fn add(&self, slab: &Slab, remote_freed: bool) {
+        let at_tail = place_at_tail(slab.inuse.get(), slab.objects.get(), remote_freed);
+        self.link(slab, at_tail);
+        let decisions = if at_tail {
+            &self.added_tail
+        } else {
+            &self.added_head
+        };
+        decisions.store(decisions.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Links `slab` in at the head or the tail and counts it. Lock held.
+    fn link(&self, slab: &Slab, at_tail: bool) {
         let s = slab as *const Slab as *mut Slab;
         slab.state.set(LISTED);
-        if place_at_tail(slab.inuse.get(), slab.objects.get(), remote_freed) {
+        if at_tail {
             slab.next.set(ptr::null_mut());
             slab.prev.set(self.tail.get());
             match self.tail.get() {
@@ -78,10 +90,6 @@ impl Node {
                 _ => self.head.set(s),
             }
             self.tail.set(s);
-            self.added_tail.store(
-                self.added_tail.load(Ordering::Relaxed) + 1,
-                Ordering::Relaxed,
-            );
         } else {
             slab.prev.set(ptr::null_mut());
             slab.next.set(self.head.get());
@@ -91,15 +99,11 @@ impl Node {
                 _ => self.tail.set(s),
             }
             self.head.set(s);
-            self.added_head.store(
-                self.added_head.load(Ordering::Relaxed) + 1,
-                Ordering::Relaxed,
-            );
         }
         bump(&self.nr_partial, 1);
         bump(
             &self.free_objects,
-            (slab.objects.get() - slab.inuse.get()) as isize,
+            slab.objects.get().saturating_sub(slab.inuse.get()) as isize,
         );
     }
 
@@ -152,6 +156,51 @@ impl Node {
             f(slab);
             s = slab.next.get();
         }
+    }
+}
+
+/// In a forked child whose parent had other threads (see `fork`): every node
+/// list whose lock such a thread held is built again from the slab
+/// descriptors, and its lock freed.
+///
+/// A slab belongs on its node list exactly when it is in use in its segment,
+/// its `remote` word reads `REMOTE_LISTED` and its state is not FREE. A slab
+/// leaves the list for a heap when `take_from_node` stores `REMOTE_OWNED` in
+/// it (before that, listing it again is right: the lost thread never used
+/// it) and for its segment when `free_slab` makes it FREE; `Slab::init`
+/// stores `REMOTE_OWNED` before anything else, and the paths that list a
+/// slab (`release`, `release_empty`) store `REMOTE_LISTED` first. A slab
+/// caught in between is listed with the counts it has then, which never
+/// call an object in use free: at worst the child leaks the objects that the
+/// lost thread was moving between lists. The new list is in address order;
+/// counters are recomputed, placement counts kept.
+pub fn rebuild_in_child() {
+    let mut held = [false; NUM_CLASSES];
+    for (class, node) in NODES.iter().enumerate() {
+        held[class] = node.lock.is_locked();
+    }
+    if !held.contains(&true) {
+        return;
+    }
+    for (node, _) in NODES.iter().zip(held).filter(|(_, h)| *h) {
+        node.head.set(ptr::null_mut());
+        node.tail.set(ptr::null_mut());
+        node.nr_partial.store(0, Ordering::Relaxed);
+        node.free_objects.store(0, Ordering::Relaxed);
+    }
+    segment::for_each_slab(|slab| {
+        let class = slab.class.get() as usize;
+        if slab.state.get() != FREE
+            && slab.remote.0.load(Ordering::Relaxed) == REMOTE_LISTED
+            && class < NUM_CLASSES
+            && held[class]
+        {
+            slab.owner.store(ptr::null_mut(), Ordering::Relaxed);
+            NODES[class].link(slab, true);
+        }
+    });
+    for (node, _) in NODES.iter().zip(held).filter(|(_, h)| *h) {
+        node.lock.reset_in_child();
     }
 }
 

@@ -12,7 +12,7 @@ use core::ptr;
 
 use crate::os;
 use crate::slab::{Slab, FREE};
-use crate::sync::{AtomicU64, AtomicU8, Locked, Ordering};
+use crate::sync::{store_order_fence, AtomicU64, AtomicU8, Locked, Ordering};
 
 pub const SEGMENT_SHIFT: usize = 22;
 pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
@@ -188,6 +188,9 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
             (*s.all).prev = seg;
         }
     }
+    // A forked child walks the list from `all` (`repair_in_child`): the new
+    // segment's fields come first.
+    store_order_fence();
     s.all = seg;
     s.count += 1;
     set_mapped(seg as usize, true);
@@ -294,6 +297,32 @@ pub fn for_each_slab(mut f: impl FnMut(&Slab)) {
     })
 }
 
-pub fn lock() -> &'static crate::sync::Lock {
-    &SEGMENTS.lock
+/// In a forked child whose parent had other threads (see `fork`), if one of
+/// them held the segment lock: makes the list whole again and frees the
+/// lock. Each step of the critical sections leaves the list whole when
+/// walked forward from `all` (a new segment is written before it is linked;
+/// an unlinked one is skipped and only unmapped after), so the walk fixes
+/// the back links, the count and the map, and drops dirty bits of slabs
+/// that `alloc_slab` had taken but not yet marked clean.
+pub fn repair_in_child() {
+    if !SEGMENTS.lock.is_locked() {
+        return;
+    }
+    // SAFETY: the child runs one thread, and the thread that held the lock
+    // is gone: nothing else touches the list.
+    let s = unsafe { &mut *SEGMENTS.data_ptr() };
+    let (mut prev, mut seg, mut count) = (ptr::null_mut(), s.all, 0);
+    while !seg.is_null() {
+        // SAFETY: segments reachable from `all` are live mappings.
+        let sg = unsafe { &mut *seg };
+        sg.prev = prev;
+        sg.dirty_mask &= sg.free_mask;
+        set_mapped(seg as usize, true);
+        count += 1;
+        prev = seg;
+        seg = sg.next;
+    }
+    s.count = count;
+    PURGE_AT_NS.store(s.purge_at_ns, Ordering::Relaxed);
+    SEGMENTS.lock.reset_in_child();
 }

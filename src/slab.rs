@@ -189,6 +189,11 @@ impl Slab {
 
     /// Prepares a slab fresh from its segment for `class`, owned by `heap`.
     pub fn init(&self, class: usize, heap: *mut Heap) {
+        // Relaxed: the slab came from the segment lock, nobody else knows it
+        // yet. First, so that a forked child never lists a half-made slab
+        // (`node::rebuild_in_child`).
+        self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
+        crate::sync::store_order_fence();
         let size = crate::size_class::CLASS_BYTES[class];
         self.size.set(size);
         self.class.set(class as u8);
@@ -203,8 +208,6 @@ impl Slab {
         self.prev.set(ptr::null_mut());
         self.state.set(OWNED);
         self.owner.store(heap, Ordering::Relaxed);
-        // Relaxed: the slab came from the segment lock, nobody else knows it yet.
-        self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
     }
 
     /// Whether `p` is the start of an object slot of this slab.

@@ -72,8 +72,15 @@ impl Lock {
         }
     }
 
-    /// Makes the lock free again in a forked child, where the threads that
-    /// might have held it no longer exist.
+    /// Whether some thread holds the lock. In a forked child of a
+    /// multi-threaded parent, a held lock names a critical section that a
+    /// thread which no longer exists left half done (see `fork`).
+    pub fn is_locked(&self) -> bool {
+        self.state.load(Ordering::Relaxed) != UNLOCKED
+    }
+
+    /// Makes the lock free again in a forked child, where the thread that
+    /// held it no longer exists.
     pub fn reset_in_child(&self) {
         self.state.store(UNLOCKED, Ordering::Relaxed);
     }
@@ -116,6 +123,16 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
             0,
         );
     }
+}
+
+/// Keeps the stores before it ahead of the stores after it, as any observer
+/// sees them, including a child forked while this thread was between the
+/// two (see `fork`: the child repairs a half-done critical section and
+/// relies on "this was written before that"). No instruction on x86-64,
+/// where stores are seen in program order; it binds the compiler there.
+#[inline(always)]
+pub fn store_order_fence() {
+    core::sync::atomic::fence(Ordering::Release);
 }
 
 /// Data protected by a `Lock`, usable in a `static`.

@@ -22,7 +22,7 @@ use crate::slab::{
     REMOTE_LISTED, REMOTE_OWNED,
 };
 use crate::stats::{Counters, Ev};
-use crate::sync::{AtomicPtr, Lock, Locked, Ordering};
+use crate::sync::{store_order_fence, AtomicPtr, Lock, Locked, Ordering};
 
 /// `ClassHeap::returned` of an exited thread: nothing more may be pushed.
 const CLOSED: *mut Slab = 1 as *mut Slab;
@@ -202,8 +202,17 @@ impl Heap {
 
 pub(crate) static EMPTY_HEAP: Heap = Heap::new();
 static DEAD_HEAP: Heap = Heap::new();
-pub static ORPHAN_HEAP: Heap = Heap::new();
+/// The heap of threads past their exit destructor, used under `ORPHAN_LOCK`:
+/// `FIRST_ORPHAN_HEAP`, or a fresh one in a forked child that found the old
+/// one half written (`repair_orphan_in_child`).
+static ORPHAN: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_ORPHAN_HEAP as *const Heap as *mut Heap);
+static FIRST_ORPHAN_HEAP: Heap = Heap::new();
 static ORPHAN_LOCK: Lock = Lock::new();
+
+fn orphan_heap() -> &'static Heap {
+    // SAFETY: ORPHAN names a static heap or a mapping that is never unmapped.
+    unsafe { &*ORPHAN.load(Ordering::Relaxed) }
+}
 
 pub(crate) const EMPTY: *mut Heap = &EMPTY_HEAP as *const Heap as *mut Heap;
 const DEAD: *mut Heap = &DEAD_HEAP as *const Heap as *mut Heap;
@@ -391,7 +400,7 @@ fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
     }
     if heap.is_null() || heap == DEAD {
         ORPHAN_LOCK.lock();
-        let r = f(&ORPHAN_HEAP);
+        let r = f(orphan_heap());
         ORPHAN_LOCK.unlock();
         return r;
     }
@@ -1020,6 +1029,17 @@ pub struct Registry {
 // SAFETY: the raw pointers are reached only under the registry lock.
 unsafe impl Send for Registry {}
 
+impl Registry {
+    /// Adds a heap's counters to the retired totals.
+    fn retire_counters(&mut self, h: &Heap) {
+        for (class, c) in h.classes.iter().enumerate() {
+            for (i, total) in self.retired[class].iter_mut().enumerate() {
+                *total = total.wrapping_add(c.ev.get_index(i));
+            }
+        }
+    }
+}
+
 pub static REGISTRY: Locked<Registry> = Locked::new(Registry {
     live: ptr::null_mut(),
     pool: ptr::null_mut(),
@@ -1053,8 +1073,7 @@ fn init_process() {
     unsafe { libc::pthread_key_create(&raw mut KEY, Some(thread_exit)) };
     // Release: publishes KEY and the secret to threads that read INIT == 2.
     INIT.store(2, Ordering::Release);
-    // SAFETY: the handlers are plain functions that only take and release locks.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    crate::fork::install();
     crate::report::install();
 }
 
@@ -1088,6 +1107,8 @@ fn create_heap() -> *mut Heap {
                 (*r.live).prev.set(mem);
             }
         }
+        // A forked child walks `live` forward (`repair_registry_in_child`).
+        store_order_fence();
         r.live = mem;
         r.threads_alive += 1;
     });
@@ -1105,11 +1126,7 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     let h = unsafe { &*heap };
     flush(h, true);
     REGISTRY.with(|r| {
-        for (class, c) in h.classes.iter().enumerate() {
-            for (i, total) in r.retired[class].iter_mut().enumerate() {
-                *total = total.wrapping_add(c.ev.get_index(i));
-            }
-        }
+        r.retire_counters(h);
         let (next, prev) = (h.next.get(), h.prev.get());
         // SAFETY: neighbours are live registry members; lock held.
         unsafe {
@@ -1122,7 +1139,11 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
                 (*next).prev.set(prev);
             }
         }
+        // Off the live list before its link is reused for the pool, and
+        // linked before the pool names it: a forked child walks both.
+        store_order_fence();
         h.next.set(r.pool);
+        store_order_fence();
         r.pool = heap;
         r.threads_alive -= 1;
         r.threads_exited += 1;
@@ -1152,7 +1173,7 @@ pub fn sum_counters(out: &mut [[u64; Ev::COUNT]; NUM_CLASSES], wait: bool) -> (u
             }
         }
     };
-    add(&ORPHAN_HEAP);
+    add(orphan_heap());
     let mut h = r.live;
     while !h.is_null() {
         // SAFETY: registry members are live heaps.
@@ -1184,7 +1205,7 @@ pub fn walk_heaps(detached: &mut [u64; NUM_CLASSES], thread_partial: &mut [u64; 
                 }
             }
         };
-        visit(&ORPHAN_HEAP);
+        visit(orphan_heap());
         let mut h = r.live;
         while !h.is_null() {
             // SAFETY: registry members are live heaps; lock held.
@@ -1195,32 +1216,47 @@ pub fn walk_heaps(detached: &mut [u64; NUM_CLASSES], thread_partial: &mut [u64; 
     })
 }
 
-extern "C" fn fork_prepare() {
-    ORPHAN_LOCK.lock();
-    REGISTRY.lock.lock();
-    for n in NODES.iter() {
-        n.lock.lock();
+/// In a forked child whose parent had other threads (see `fork`), if one of
+/// them held the registry lock: the live list is made whole again (a heap is
+/// linked in after its links are written and its link is reused for the
+/// pool only after it left the list, so the list is whole walked forward)
+/// and the lock freed. A thread lost half-way through its exit may have
+/// part of its counters in the retired totals as well as in its heap.
+pub fn repair_registry_in_child() {
+    if !REGISTRY.lock.is_locked() {
+        return;
     }
-    segment::lock().lock();
-    crate::large::lock().lock();
-}
-
-extern "C" fn fork_parent() {
-    crate::large::lock().unlock();
-    segment::lock().unlock();
-    for n in NODES.iter().rev() {
-        n.lock.unlock();
+    // SAFETY: the child runs one thread, and the thread that held the lock
+    // is gone: nothing else touches the registry.
+    let r = unsafe { &mut *REGISTRY.data_ptr() };
+    let (mut prev, mut h, mut alive) = (ptr::null_mut(), r.live, 0);
+    while !h.is_null() {
+        // SAFETY: heaps reachable from `live` are live mappings.
+        let heap = unsafe { &*h };
+        heap.prev.set(prev);
+        alive += 1;
+        prev = h;
+        h = heap.next.get();
     }
-    REGISTRY.lock.unlock();
-    ORPHAN_LOCK.unlock();
-}
-
-extern "C" fn fork_child() {
-    crate::large::lock().reset_in_child();
-    segment::lock().reset_in_child();
-    for n in NODES.iter() {
-        n.lock.reset_in_child();
-    }
+    r.threads_alive = alive;
     REGISTRY.lock.reset_in_child();
+}
+
+/// In a forked child whose parent had other threads, if one of them held
+/// `ORPHAN_LOCK`: the orphan heap's lists may be half written, so a fresh
+/// heap takes its place. The old one's slabs stay owned by it and are never
+/// reached again (what the child frees into them is leaked, never handed out
+/// twice); its counters join the retired totals. Runs after
+/// `repair_registry_in_child`.
+pub fn repair_orphan_in_child() {
+    if !ORPHAN_LOCK.is_locked() {
+        return;
+    }
+    let fresh = os::map(core::mem::size_of::<Heap>()) as *mut Heap;
+    if !fresh.is_null() {
+        REGISTRY.with(|r| r.retire_counters(orphan_heap()));
+        // A zeroed mapping is a valid empty heap, as in `create_heap`.
+        ORPHAN.store(fresh, Ordering::Relaxed);
+    }
     ORPHAN_LOCK.reset_in_child();
 }

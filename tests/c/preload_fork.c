@@ -1,8 +1,11 @@
 /* fork while other threads allocate: NTHREADS threads malloc, realloc and
- * free without pause while main forks NFORKS children. Each child checks a
- * block made before the fork, allocates and frees (some from a new thread),
- * and exits; a child that hangs or crashes fails the run. Prints
- * "forks <n> ok". */
+ * free without pause, and trade blocks through a shared array (so frees
+ * cross threads), while main forks NFORKS children. The fork catches those
+ * threads anywhere in the allocator, locks held or not. Each child checks a
+ * block made before the fork, frees every block left in the shared array
+ * after checking its contents, allocates and frees many blocks with their
+ * contents checked (some from a new thread), and exits; a child that hangs
+ * or crashes fails the run. Prints "forks <n> ok". */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,9 +16,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { NTHREADS = 3, NFORKS = 300, SLOTS = 512 };
+enum { NTHREADS = 3, NFORKS = 300, SLOTS = 512, SHARED = 256, KEEP = 2000 };
 
 static atomic_int stop;
+/* Blocks made by one thread and freed by another; each starts with its size
+ * and the size's complement. */
+static _Atomic(size_t *) shared[SHARED];
 static atomic_long churn;
 static unsigned char *before_fork;
 
@@ -36,6 +42,14 @@ static void *churner(void *arg) {
         }
         if (!slot[i]) abort();
         memset(slot[i], (int)i, n < 32 ? n : 32);
+        if ((s >> 40) % 4 == 0) {
+            size_t m = 16 + (s >> 44) % 2000;
+            size_t *b = malloc(m);
+            if (!b) abort();
+            b[0] = m;
+            b[1] = ~m;
+            free(atomic_exchange(&shared[(s >> 8) % SHARED], b));
+        }
         atomic_fetch_add_explicit(&churn, 1, memory_order_relaxed);
     }
     for (int i = 0; i < SLOTS; i++) free(slot[i]);
@@ -56,6 +70,24 @@ static int child(int k) {
     for (int i = 0; i < 4096; i++)
         if (before_fork[i] != (unsigned char)(i * 5)) return 3;
     free(before_fork);
+    for (int i = 0; i < SHARED; i++) {
+        size_t *b = atomic_load(&shared[i]);
+        if (b && (b[0] < 16 || b[1] != ~b[0])) return 7;
+        free(b);
+    }
+    static unsigned char *keep[KEEP];
+    for (int i = 0; i < KEEP; i++) {
+        size_t n = 8 + (size_t)(i * 37) % 5000;
+        keep[i] = malloc(n);
+        if (!keep[i]) return 8;
+        memset(keep[i], i & 0xff, n);
+    }
+    for (int i = 0; i < KEEP; i++) {
+        size_t n = 8 + (size_t)(i * 37) % 5000;
+        for (size_t j = 0; j < n; j += 61)
+            if (keep[i][j] != (unsigned char)(i & 0xff)) return 9;
+        free(keep[i]);
+    }
     void *p[200];
     for (int i = 0; i < 200; i++) {
         p[i] = malloc(i % 50 == 0 ? 100000 : 8 + (size_t)i * 24);
@@ -104,6 +136,7 @@ int main(void) {
     }
     atomic_store(&stop, 1);
     for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < SHARED; i++) free(atomic_load(&shared[i]));
     free(before_fork);
     if (failures) return 1;
     printf("forks %d ok, parent threads made %ld allocations meanwhile\n", NFORKS, atomic_load(&churn));
