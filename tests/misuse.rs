@@ -183,6 +183,15 @@ fn free_of_a_slot_never_handed_out_as_a_threads_first_call_is_stopped() {
 }
 
 #[test]
+fn misuse_in_a_thread_with_a_cancellation_pending_still_stops_the_process_with_its_message() {
+    expect_stopped_with(
+        "misuse_never_carved_slot",
+        &["cancel"],
+        &["invalid pointer"],
+    );
+}
+
+#[test]
 fn usable_size_and_realloc_of_a_slot_never_handed_out_are_stopped() {
     for mode in ["usable", "realloc"] {
         expect_stopped_with("misuse_never_carved_slot", &[mode], &["invalid pointer"]);

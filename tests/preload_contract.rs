@@ -233,6 +233,25 @@ fn malloc_stats_prints_the_slubmalloc_table_on_stderr() {
 }
 
 #[test]
+fn malloc_stats_writes_its_whole_report_with_a_cancellation_pending() {
+    // On glibc too: its malloc_stats returns with the cancellation still
+    // pending (it writes with cancellation off).
+    contract("stats_cancel", &[]);
+    let o = passes_preloaded("stats_cancel", &[]);
+    let err = common::stderr(&o);
+    assert!(
+        err.starts_with("slubmalloc statistics (pid "),
+        "malloc_stats wrote:\n{err}"
+    );
+    // The totals line ends the report.
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("in use ") && last.contains("threads alive") && err.ends_with('\n'),
+        "the report was cut short:\n{err}"
+    );
+}
+
+#[test]
 fn allocations_are_served_by_slubmalloc_size_classes() {
     let usable = |o: &Output| -> Vec<(usize, usize)> {
         common::stdout(o)
@@ -264,11 +283,13 @@ fn allocations_are_served_by_slubmalloc_size_classes() {
     assert_ne!(at(&plain, 100), 112);
 }
 
-/// The `errno` group's table, "<call> -> <result> ret <r> errno <errno>" per
-/// row, and the glibc version the program ran on; one run each way.
-fn errno_table(preloaded: bool) -> &'static (Vec<(String, String)>, String) {
-    static TABLES: [OnceLock<(Vec<(String, String)>, String)>; 2] =
-        [OnceLock::new(), OnceLock::new()];
+/// The `errno` group's rows, (call, "<result> ret <r> errno <errno>"), and
+/// the glibc version the program ran on.
+type ErrnoTable = (Vec<(String, String)>, String);
+
+/// The `errno` table, one run each way.
+fn errno_table(preloaded: bool) -> &'static ErrnoTable {
+    static TABLES: [OnceLock<ErrnoTable>; 2] = [OnceLock::new(), OnceLock::new()];
     TABLES[preloaded as usize].get_or_init(|| {
         let o = if preloaded {
             passes_preloaded("errno", &[])

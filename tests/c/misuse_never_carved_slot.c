@@ -11,6 +11,9 @@
  *               onto the remote list, `free_slow`)
  *   remote_new  another thread whose first call is that free (the slow path
  *               that creates its heap, `free_unowned`)
+ *   cancel      as remote_new, in a thread with a cancellation pending: the
+ *               message is written (write(2) is a cancellation point)
+ *               and the process stopped, not the thread cancelled
  *   usable      malloc_usable_size(q)
  *   realloc     realloc(q, 20), which stays in the class if it were valid */
 #include <malloc.h>
@@ -21,8 +24,10 @@
 
 static char *volatile q;
 
-static void *free_q(void *first_allocate) {
-    if (first_allocate) {
+static void *free_q(void *how) {
+    if (how == (void *)2)
+        pthread_cancel(pthread_self()); /* deferred: pending until a cancellation point */
+    if (how == (void *)1) {
         void *volatile r = malloc(100);
         free(r);
     }
@@ -41,9 +46,10 @@ int main(int argc, char **argv) {
     fflush(stdout);
     if (!strcmp(mode, "owner")) {
         free(q);
-    } else if (!strcmp(mode, "remote") || !strcmp(mode, "remote_new")) {
+    } else if (!strcmp(mode, "remote") || !strcmp(mode, "remote_new") || !strcmp(mode, "cancel")) {
+        void *how = !strcmp(mode, "remote") ? (void *)1 : !strcmp(mode, "cancel") ? (void *)2 : NULL;
         pthread_t t;
-        if (pthread_create(&t, NULL, free_q, strcmp(mode, "remote") ? NULL : (void *)1) != 0)
+        if (pthread_create(&t, NULL, free_q, how) != 0)
             return 3;
         pthread_join(t, NULL);
     } else if (!strcmp(mode, "usable")) {

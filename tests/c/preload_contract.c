@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <gnu/libc-version.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -707,6 +708,34 @@ static void stats_contract(void) {
     for (int i = 0; i < 5; i++) free(b[i]);
 }
 
+/* malloc_stats in a thread with a cancellation pending (deferred, the
+ * default) returns, with its report whole: glibc writes it with
+ * cancellation off. The thread is then cancelled at its next cancellation
+ * point, which shows the cancellation was pending all along and that the
+ * state was put back. */
+static volatile int stats_returned;
+
+static void *stats_with_cancel_pending(void *arg) {
+    (void)arg;
+    int type;
+    pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
+    pthread_cancel(pthread_self());
+    malloc_stats();
+    stats_returned = 1;
+    pthread_testcancel();
+    return NULL;
+}
+
+static void stats_cancel(void) {
+    fflush(stdout);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, stats_with_cancel_pending, NULL) == 0, "pthread_create");
+    void *ret;
+    CHECK(pthread_join(t, &ret) == 0, "pthread_join");
+    CHECK(stats_returned, "the thread was cancelled inside malloc_stats");
+    CHECK(ret == PTHREAD_CANCELED, "the pending cancellation was lost (returned %p)", ret);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s <group>\n", argv[0]);
@@ -737,6 +766,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(g, "trim")) trim_contract();
     else if (!strcmp(g, "stats")) stats_contract();
     else if (!strcmp(g, "errno")) errno_table();
+    else if (!strcmp(g, "stats_cancel")) stats_cancel();
     else {
         fprintf(stderr, "unknown group %s\n", g);
         return 2;
