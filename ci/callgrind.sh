@@ -74,6 +74,7 @@ find_lib() {
   for d in "$libdir" /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib; do
     [ -e "$d/$1" ] && { echo "$d/$1"; return; }
   done
+  return 0 # not found: empty output (a failure would end the script under set -e)
 }
 
 # Total Ir of one callgrind run, and the callgrind output file.

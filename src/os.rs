@@ -137,9 +137,49 @@ pub fn random_u64() -> u64 {
     v | 1
 }
 
-/// Writes all of `bytes` to `fd`, retrying on short writes and EINTR.
+extern "C" {
+    // Not in the libc crate for linux-gnu. Not a cancellation point itself.
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+}
+
+/// glibc's `PTHREAD_CANCEL_DISABLE` (pthread.h: ENABLE is 0, DISABLE 1).
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+
+/// Turns thread cancellation off until dropped, then puts the previous state
+/// back (a pending cancellation then acts at the caller's next cancellation
+/// point). write(2), open(2) and close(2) are cancellation points: without
+/// this a thread with a cancellation pending would be cancelled half-way
+/// through a report (glibc writes malloc_stats with cancellation off too), or
+/// inside `fatal` instead of stopping the process. Setting the state is an
+/// atomic update of the thread's descriptor in glibc: no lock, no allocation,
+/// so it is also used from the report signal handler.
+pub struct NoCancel(libc::c_int);
+
+impl NoCancel {
+    #[inline]
+    pub fn new() -> Self {
+        let mut old = 0;
+        // SAFETY: `old` is a valid out-pointer; the call has no other
+        // preconditions and returns an error code, leaving errno alone.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        NoCancel(old)
+    }
+}
+
+impl Drop for NoCancel {
+    #[inline]
+    fn drop(&mut self) {
+        let mut old = 0;
+        // SAFETY: as in `new`; `self.0` is a state glibc gave us.
+        unsafe { pthread_setcancelstate(self.0, &mut old) };
+    }
+}
+
+/// Writes all of `bytes` to `fd`, retrying on short writes and EINTR, with
+/// cancellation off (see `NoCancel`).
 pub fn write_all(fd: i32, mut bytes: &[u8]) {
     let _keep = ErrnoGuard::save();
+    let _whole = NoCancel::new();
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid readable slice.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };

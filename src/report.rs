@@ -54,8 +54,10 @@ extern "C" fn at_exit() {
 static AT_EXIT: extern "C" fn() = at_exit;
 
 /// Writes one report in `mode` (text if Off: `malloc_stats`) to the chosen
-/// file, or else to `stderr_fd`.
+/// file, or else to `stderr_fd`, whole: with thread cancellation off from
+/// the open to the close, as glibc's malloc_stats (see `os::NoCancel`).
 pub fn write_report(mode: StatsMode, stderr_fd: i32) {
+    let _whole = crate::os::NoCancel::new();
     let o = options::get();
     let fd = if o.stats_file_len == 0 {
         stderr_fd

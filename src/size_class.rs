@@ -131,17 +131,18 @@ pub const fn objects_per_slab(class: usize) -> u32 {
     (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32
 }
 
-/// Constants to test "is this offset the start of an object slot" without
-/// dividing. For `size = odd << shift` and `inverse` the inverse of `odd`
-/// modulo 2^32, `q = (offset * inverse).rotate_right(shift)` equals
-/// `offset / size` when `size` divides `offset` and exceeds `u32::MAX / size`
-/// otherwise (Hacker's Delight 10-17); so `q <= objects - 1` tests
-/// divisibility and the slab bound with one compare.
+/// Constants to test "is this offset the start of one of the first `slots`
+/// object slots" without dividing. For `size = odd << shift` and `inverse` the
+/// inverse of `odd` modulo 2^32, `q = (offset * inverse).rotate_right(shift)`
+/// equals `offset / size` when `size` divides `offset` and exceeds
+/// `u32::MAX / size` otherwise (Hacker's Delight 10-17); so `q < slots` tests
+/// divisibility and the bound with one compare. A slab passes the count of
+/// slots it has carved (`Slab::carved`): a slot never carved was never handed
+/// out, and a free of it is as invalid as one of an interior pointer.
 #[derive(Clone, Copy)]
 pub struct Divisor {
     pub inverse: u32,
     pub shift: u32,
-    pub limit: u32,
 }
 
 pub static DIVISORS: [Divisor; NUM_CLASSES] = divisors();
@@ -150,7 +151,6 @@ const fn divisors() -> [Divisor; NUM_CLASSES] {
     let mut out = [Divisor {
         inverse: 0,
         shift: 0,
-        limit: 0,
     }; NUM_CLASSES];
     let mut c = 0;
     while c < NUM_CLASSES {
@@ -167,7 +167,6 @@ const fn divisors() -> [Divisor; NUM_CLASSES] {
         out[c] = Divisor {
             inverse: inv,
             shift,
-            limit: objects_per_slab(c) - 1,
         };
         c += 1;
     }
@@ -175,11 +174,11 @@ const fn divisors() -> [Divisor; NUM_CLASSES] {
 }
 
 impl Divisor {
-    /// Whether `offset` (within a slab) starts an object slot. Cost: mul,
-    /// ror, cmp.
+    /// Whether `offset` (within a slab) starts one of the first `slots`
+    /// object slots. Cost: mul, ror, cmp.
     #[inline(always)]
-    pub fn is_slot(&self, offset: u32) -> bool {
-        offset.wrapping_mul(self.inverse).rotate_right(self.shift) <= self.limit
+    pub fn is_slot_below(&self, offset: u32, slots: u32) -> bool {
+        offset.wrapping_mul(self.inverse).rotate_right(self.shift) < slots
     }
 }
 
@@ -245,13 +244,19 @@ mod tests {
     }
 
     #[test]
-    fn slot_test_is_exact_for_every_offset_in_a_slab() {
+    fn slot_test_is_exact_for_every_offset_and_slot_bound() {
         for (c, d) in DIVISORS.iter().enumerate() {
             let size = CLASS_BYTES[c];
             let objects = objects_per_slab(c);
-            for offset in 0..SLAB_BYTES as u32 {
-                let slot = offset % size == 0 && offset / size < objects;
-                assert_eq!(d.is_slot(offset), slot, "class {size} offset {offset}");
+            for slots in [0, 1, objects / 2, objects - 1, objects] {
+                for offset in 0..SLAB_BYTES as u32 {
+                    let slot = offset % size == 0 && offset / size < slots;
+                    assert_eq!(
+                        d.is_slot_below(offset, slots),
+                        slot,
+                        "class {size} offset {offset} slots {slots}"
+                    );
+                }
             }
         }
     }

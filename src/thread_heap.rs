@@ -296,7 +296,9 @@ pub unsafe fn free(p: *mut u8) {
     if slab.owner.load(Ordering::Acquire) != heap {
         return free_slow(slab, p);
     }
-    if CHECKS && !slab.is_object_start(p) {
+    // A slot never carved (never handed out) fails here too: no extra load.
+    // SAFETY: `heap` owns `slab` (just compared), and `heap` is ours.
+    if CHECKS && !unsafe { slab.is_object_start_owned(p) } {
         invalid_free(p);
     }
     // SAFETY: `p` is an object slot of a slab we own.
@@ -955,7 +957,7 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     let remote = remote_list(slab.remote.0.swap(REMOTE_LISTED, Ordering::Acquire));
     // `inuse` counts what is not on `local_free` (see `Slab::inuse`), so of
     // the lists only the detached and the remote one are walked.
-    let local = slab.carved.get() - slab.inuse.get();
+    let local = slab.carved() - slab.inuse.get();
     let (list, detached_n) = slab::list_join(detached, slab.local_free.get(), bound);
     let (list, remote_n) = slab::list_join(remote, list, bound);
     let free = detached_n + local + remote_n + slab.uncarved();

@@ -4,10 +4,10 @@
 //! SIGABRT after exactly one line on stderr that starts with "slubmalloc: ",
 //! names the misuse and carries that address.
 //!
-//! The default mode must stop the five free misuses (double free of a small
+//! The default mode must stop the six free misuses (double free of a small
 //! block with another free between, double free of a large block, interior,
-//! stack and made-up pointers), also when the two frees come from different
-//! threads. `SLUBMALLOC_DEBUG=1` must also stop a one-byte overflow (red zone
+//! stack and made-up pointers, and a slot of a slab that was never handed
+//! out), also when the two frees come from different threads. `SLUBMALLOC_DEBUG=1` must also stop a one-byte overflow (red zone
 //! checked on free) and a write after free (poison checked on reuse), and
 //! leave a correct multithreaded program's output unchanged.
 
@@ -20,14 +20,17 @@ use std::sync::OnceLock;
 
 const SIGABRT: i32 = 6;
 
-/// Compiles a C program once per test binary (two tests share the control
-/// program; compiling it twice at once would race on the executable).
+/// Compiles a C program once per test binary (several tests share the
+/// control program and the never-carved one; compiling one twice at once
+/// would race on the executable).
 fn program(name: &'static str) -> PathBuf {
-    static CONTROL: OnceLock<PathBuf> = OnceLock::new();
-    if name == "misuse_none_threads" {
-        CONTROL.get_or_init(|| common::compile_c(name, &[])).clone()
-    } else {
-        common::compile_c(name, &[])
+    static SHARED: [(&str, OnceLock<PathBuf>); 2] = [
+        ("misuse_none_threads", OnceLock::new()),
+        ("misuse_never_carved_slot", OnceLock::new()),
+    ];
+    match SHARED.iter().find(|(n, _)| *n == name) {
+        Some((_, once)) => once.get_or_init(|| common::compile_c(name, &[])).clone(),
+        None => common::compile_c(name, &[]),
     }
 }
 
@@ -110,8 +113,13 @@ fn assert_stopped(o: &Output, names: &[&str], lo: u64, hi: u64) {
 /// Runs `name` preloaded in the default mode and expects it stopped for
 /// `names`, naming exactly the printed address.
 fn expect_stopped(name: &'static str, names: &[&str]) {
+    expect_stopped_with(name, &[], names)
+}
+
+/// `expect_stopped` for `name args`.
+fn expect_stopped_with(name: &'static str, args: &[&str], names: &[&str]) {
     let exe = program(name);
-    let o = common::run_preloaded(&exe, &[], &[]);
+    let o = common::run_preloaded(&exe, args, &[]);
     let addr = printed_address(&o);
     assert_stopped(&o, names, addr, addr);
 }
@@ -149,6 +157,45 @@ fn free_of_a_stack_address_is_stopped() {
 #[test]
 fn free_of_a_made_up_address_is_stopped() {
     expect_stopped("misuse_made_up_pointer", &["invalid pointer"]);
+}
+
+#[test]
+fn free_of_a_slot_never_handed_out_is_stopped() {
+    expect_stopped_with("misuse_never_carved_slot", &["owner"], &["invalid pointer"]);
+}
+
+#[test]
+fn free_of_a_slot_never_handed_out_from_another_thread_is_stopped() {
+    expect_stopped_with(
+        "misuse_never_carved_slot",
+        &["remote"],
+        &["invalid pointer"],
+    );
+}
+
+#[test]
+fn free_of_a_slot_never_handed_out_as_a_threads_first_call_is_stopped() {
+    expect_stopped_with(
+        "misuse_never_carved_slot",
+        &["remote_new"],
+        &["invalid pointer"],
+    );
+}
+
+#[test]
+fn misuse_in_a_thread_with_a_cancellation_pending_still_stops_the_process_with_its_message() {
+    expect_stopped_with(
+        "misuse_never_carved_slot",
+        &["cancel"],
+        &["invalid pointer"],
+    );
+}
+
+#[test]
+fn usable_size_and_realloc_of_a_slot_never_handed_out_are_stopped() {
+    for mode in ["usable", "realloc"] {
+        expect_stopped_with("misuse_never_carved_slot", &[mode], &["invalid pointer"]);
+    }
 }
 
 /// The control: a correct program is not stopped, prints what it prints

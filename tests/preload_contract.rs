@@ -233,6 +233,25 @@ fn malloc_stats_prints_the_slubmalloc_table_on_stderr() {
 }
 
 #[test]
+fn malloc_stats_writes_its_whole_report_with_a_cancellation_pending() {
+    // On glibc too: its malloc_stats returns with the cancellation still
+    // pending (it writes with cancellation off).
+    contract("stats_cancel", &[]);
+    let o = passes_preloaded("stats_cancel", &[]);
+    let err = common::stderr(&o);
+    assert!(
+        err.starts_with("slubmalloc statistics (pid "),
+        "malloc_stats wrote:\n{err}"
+    );
+    // The totals line ends the report.
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("in use ") && last.contains("threads alive") && err.ends_with('\n'),
+        "the report was cut short:\n{err}"
+    );
+}
+
+#[test]
 fn allocations_are_served_by_slubmalloc_size_classes() {
     let usable = |o: &Output| -> Vec<(usize, usize)> {
         common::stdout(o)
@@ -262,4 +281,138 @@ fn allocations_are_served_by_slubmalloc_size_classes() {
     // glibc's chunk arithmetic gives another answer (104): the preload is
     // what makes the difference.
     assert_ne!(at(&plain, 100), 112);
+}
+
+/// The `errno` group's rows, (call, "<result> ret <r> errno <errno>"), and
+/// the glibc version the program ran on.
+type ErrnoTable = (Vec<(String, String)>, String);
+
+/// The `errno` table, one run each way.
+fn errno_table(preloaded: bool) -> &'static ErrnoTable {
+    static TABLES: [OnceLock<ErrnoTable>; 2] = [OnceLock::new(), OnceLock::new()];
+    TABLES[preloaded as usize].get_or_init(|| {
+        let o = if preloaded {
+            passes_preloaded("errno", &[])
+        } else {
+            passes_on_glibc("errno")
+        };
+        let rows: Vec<(String, String)> = common::stdout(&o)
+            .lines()
+            .filter_map(|l| l.strip_prefix("errno_row "))
+            .map(|l| {
+                let (call, result) = l.split_once(" -> ").expect("<call> -> <result>");
+                (call.to_owned(), result.to_owned())
+            })
+            .collect();
+        assert!(rows.len() > 60, "too few rows:\n{}", common::stdout(&o));
+        (rows, printed(&o, "glibc"))
+    })
+}
+
+/// What the preloaded run printed for `call`.
+fn errno_row(call: &str) -> &'static str {
+    let (rows, _) = errno_table(true);
+    rows.iter()
+        .find(|(c, _)| c == call)
+        .map(|(_, r)| r.as_str())
+        .unwrap_or_else(|| panic!("no row `{call}` in the errno table"))
+}
+
+/// Whether glibc `version` ("2.36") is at least 2.`minor`.
+fn glibc_at_least(version: &str, minor: u32) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, min) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, min) >= (2, minor)
+}
+
+/// Every one of `calls` printed `expected` preloaded.
+fn rows_read(calls: &[&str], expected: &str) {
+    for call in calls {
+        assert_eq!(errno_row(call), expected, "{call}");
+    }
+}
+
+#[test]
+fn every_entry_point_returns_and_sets_errno_as_glibc_does() {
+    let (glibc, version) = errno_table(false);
+    let (ours, _) = errno_table(true);
+    assert_eq!(
+        glibc.iter().map(|r| &r.0).collect::<Vec<_>>(),
+        ours.iter().map(|r| &r.0).collect::<Vec<_>>(),
+        "both runs print the same cases"
+    );
+    // Rows marked [c17] are glibc 2.36's aligned_alloc; 2.38 refuses those
+    // alignments (see `aligned_alloc` in src/ffi.rs), so on a newer glibc
+    // they are not the contract we follow.
+    let newer = glibc_at_least(version, 38);
+    let differ: Vec<String> = glibc
+        .iter()
+        .zip(ours)
+        .filter(|(g, o)| g.1 != o.1 && !(newer && g.0.contains("[c17]")))
+        .map(|(g, o)| format!("{}: glibc {} | slubmalloc {}", g.0, g.1, o.1))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "errno or result differ from glibc {version}:\n{}",
+        differ.join("\n")
+    );
+}
+
+#[test]
+fn posix_memalign_sets_errno_to_enomem_when_out_of_memory() {
+    rows_read(
+        &[
+            "posix_memalign(64, PTRDIFF_MAX + 1)",
+            "posix_memalign(1 MiB, PTRDIFF_MAX + 1)",
+            "posix_memalign(64, SIZE_MAX)",
+            "posix_memalign(2^63, 64)",
+        ],
+        "NULL ret 12 errno ENOMEM",
+    );
+}
+
+#[test]
+fn posix_memalign_returns_einval_for_a_bad_alignment_without_setting_errno() {
+    rows_read(
+        &[
+            "posix_memalign(0, 64)",
+            "posix_memalign(4, 64)",
+            "posix_memalign(24, 64)",
+            "posix_memalign(3, PTRDIFF_MAX + 1)",
+            "posix_memalign(SIZE_MAX, 64)",
+        ],
+        "NULL ret 22 errno unchanged",
+    );
+}
+
+#[test]
+fn allocation_that_succeeds_keeps_errno() {
+    let (rows, _) = errno_table(true);
+    let blocks: Vec<_> = rows.iter().filter(|r| r.1.starts_with("block")).collect();
+    assert!(blocks.len() > 25, "too few successful calls in the table");
+    for (call, result) in blocks {
+        assert_eq!(result, "block ret 0 errno unchanged", "{call}");
+    }
+}
+
+#[test]
+fn memalign_and_aligned_alloc_set_einval_above_the_largest_alignment() {
+    rows_read(
+        &[
+            "memalign(2^63 + 1, 64)",
+            "memalign(SIZE_MAX, 64)",
+            "aligned_alloc(2^63 + 1, 64)",
+            "aligned_alloc(SIZE_MAX, 64)",
+        ],
+        "NULL ret 0 errno EINVAL",
+    );
+    assert_eq!(errno_row("memalign(2^63, 64)"), "NULL ret 0 errno ENOMEM");
+}
+
+#[test]
+fn aligned_alloc_rounds_an_alignment_that_is_not_a_power_of_two_up_as_glibc_2_36_does() {
+    rows_read(
+        &["aligned_alloc(3, 64) [c17]", "aligned_alloc(0, 64) [c17]"],
+        "block ret 0 errno unchanged",
+    );
 }

@@ -9,7 +9,9 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,22 @@
         __asm__ volatile("" : "+r"(opaque_v_)); \
         opaque_v_;                              \
     })
+
+/* The entry points through volatile pointers, for the checks of errno: GCC
+ * knows posix_memalign as a builtin that writes only *memptr, and from -O1 it
+ * folds a read of errno after a direct call into the value stored before it
+ * (measured: a direct call "kept" errno on glibc, which sets it to ENOMEM). */
+static void *(*volatile v_malloc)(size_t) = malloc;
+static void *(*volatile v_calloc)(size_t, size_t) = calloc;
+static void *(*volatile v_realloc)(void *, size_t) = realloc;
+static void *(*volatile v_reallocarray)(void *, size_t, size_t) = reallocarray;
+static int (*volatile v_posix_memalign)(void **, size_t, size_t) = posix_memalign;
+static void *(*volatile v_aligned_alloc)(size_t, size_t) = aligned_alloc;
+static void *(*volatile v_memalign)(size_t, size_t) = memalign;
+static void *(*volatile v_valloc)(size_t) = valloc;
+static void *(*volatile v_pvalloc)(size_t) = pvalloc;
+static void (*volatile v_free)(void *) = free;
+static size_t (*volatile v_usable)(void *) = malloc_usable_size;
 
 static const size_t HUGE_SIZES[] = {
     (size_t)PTRDIFF_MAX,
@@ -219,7 +237,7 @@ static void posix_memalign_rejects(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         void *p = (void *)&bad[i];
         errno = 4242;
-        int r = posix_memalign(&p, OPAQUE(bad[i]), 64);
+        int r = v_posix_memalign(&p, bad[i], 64);
         CHECK(r == EINVAL, "posix_memalign(align %zu) returned %d, not EINVAL", bad[i], r);
         CHECK(p == (void *)&bad[i], "posix_memalign(align %zu) changed *memptr on failure", bad[i]);
         CHECK(errno == 4242, "posix_memalign(align %zu) changed errno to %d", bad[i], errno);
@@ -237,7 +255,7 @@ static void posix_memalign_powers(void) {
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
             void *p = NULL;
             errno = 4242;
-            int r = posix_memalign(&p, align, sizes[s]);
+            int r = v_posix_memalign(&p, align, sizes[s]);
             CHECK(r == 0 && p != NULL, "posix_memalign(%zu, %zu) returned %d", align, sizes[s], r);
             CHECK(errno == 4242, "posix_memalign(%zu, %zu) changed errno", align, sizes[s]);
             CHECK(aligned_to(p, align), "posix_memalign(%zu, %zu) = %p is misaligned", align, sizes[s], p);
@@ -526,6 +544,158 @@ static void trim_contract(void) {
     for (int i = 0; i < NL; i++) free(l[i]);
 }
 
+/* errno after every entry point, on success and on failure: one line per
+ * case, "errno_row <call> -> <block|NULL> ret <r> errno <unchanged|ENOMEM|
+ * EINVAL|n>", errno being 4242 before each call. The Rust test runs the group
+ * on glibc and preloaded and requires the same lines (that is the contract;
+ * the group itself checks nothing). Every call goes through the v_ pointers
+ * (see there). */
+#define ERRNO_BEFORE 4242
+
+static void errno_row(const char *call, const void *p, int r) {
+    int e = errno;
+    char name[16];
+    if (e == ERRNO_BEFORE) snprintf(name, sizeof name, "unchanged");
+    else if (e == ENOMEM) snprintf(name, sizeof name, "ENOMEM");
+    else if (e == EINVAL) snprintf(name, sizeof name, "EINVAL");
+    else snprintf(name, sizeof name, "%d", e);
+    printf("errno_row %s -> %s ret %d errno %s\n", call, p ? "block" : "NULL", r, name);
+}
+
+/* One case: `expr` runs with errno = 4242 and yields a pointer (a block is
+ * freed after the row is printed); `r_` is posix_memalign's return value. */
+#define ERRNO_CASE(call, expr)                      \
+    do {                                            \
+        int r_ = 0;                                 \
+        errno = ERRNO_BEFORE;                       \
+        void *p_ = (expr);                          \
+        errno_row(call, p_, r_);                    \
+        v_free(p_);                                 \
+    } while (0)
+
+static void *pm(size_t align, size_t size, int *r) {
+    void *p = (void *)&errno_row; /* must stay untouched on failure */
+    *r = v_posix_memalign(&p, align, size);
+    if (*r == 0) return p;
+    if (p != (void *)&errno_row) FAIL("posix_memalign(%zu, %zu) failed but wrote *memptr", align, size);
+    return NULL;
+}
+
+/* realloc or reallocarray of a fresh `old`-byte block to n * m bytes. A
+ * failure other than to 0 bytes (which frees) leaves the old block, which is
+ * freed here with errno kept (realloc_huge checks its contents). */
+static void *grow(size_t old, size_t n, size_t m, int array) {
+    void *b = v_malloc(old);
+    if (!b) FAIL("malloc(%zu)", old);
+    size_t bytes;
+    int overflow = __builtin_mul_overflow(n, m, &bytes);
+    errno = ERRNO_BEFORE;
+    void *q = array ? v_reallocarray(b, n, m) : v_realloc(b, n * m);
+    if (!q && (overflow || bytes != 0)) {
+        int e = errno;
+        v_free(b);
+        errno = e;
+    }
+    return q;
+}
+
+static void errno_table(void) {
+    const size_t H = (size_t)PTRDIFF_MAX + 1, X = SIZE_MAX, T = (size_t)1 << 62, TOP = (size_t)1 << 63;
+    printf("glibc %s\n", gnu_get_libc_version());
+    /* malloc, calloc, realloc, reallocarray */
+    ERRNO_CASE("malloc(100)", v_malloc(100));
+    ERRNO_CASE("malloc(0)", v_malloc(0));
+    ERRNO_CASE("malloc(1 MiB)", v_malloc((size_t)1 << 20));
+    ERRNO_CASE("malloc(PTRDIFF_MAX)", v_malloc((size_t)PTRDIFF_MAX));
+    ERRNO_CASE("malloc(PTRDIFF_MAX + 1)", v_malloc(H));
+    ERRNO_CASE("malloc(SIZE_MAX)", v_malloc(X));
+    ERRNO_CASE("calloc(10, 10)", v_calloc(10, 10));
+    ERRNO_CASE("calloc(0, 0)", v_calloc(0, 0));
+    ERRNO_CASE("calloc(1, 16 MiB)", v_calloc(1, (size_t)16 << 20));
+    ERRNO_CASE("calloc(PTRDIFF_MAX + 1, 1)", v_calloc(H, 1));
+    ERRNO_CASE("calloc(SIZE_MAX / 2 + 1, 2) overflow", v_calloc(X / 2 + 1, 2));
+    ERRNO_CASE("calloc(2^33, 2^31) overflow", v_calloc((size_t)1 << 33, (size_t)1 << 31));
+    ERRNO_CASE("realloc(NULL, 100)", v_realloc(NULL, 100));
+    ERRNO_CASE("realloc(NULL, PTRDIFF_MAX + 1)", v_realloc(NULL, H));
+    ERRNO_CASE("realloc(100 B, 200)", grow(100, 200, 1, 0));
+    ERRNO_CASE("realloc(100 B, 1 MiB)", grow(100, (size_t)1 << 20, 1, 0));
+    ERRNO_CASE("realloc(1 MiB, 3 MiB)", grow((size_t)1 << 20, (size_t)3 << 20, 1, 0));
+    ERRNO_CASE("realloc(1 MiB, 100)", grow((size_t)1 << 20, 100, 1, 0));
+    ERRNO_CASE("realloc(100 B, 0)", grow(100, 0, 1, 0));
+    ERRNO_CASE("realloc(100 B, PTRDIFF_MAX + 1)", grow(100, H, 1, 0));
+    ERRNO_CASE("realloc(1 MiB, PTRDIFF_MAX + 1)", grow((size_t)1 << 20, H, 1, 0));
+    ERRNO_CASE("realloc(1 MiB, SIZE_MAX)", grow((size_t)1 << 20, X, 1, 0));
+    ERRNO_CASE("reallocarray(NULL, 10, 10)", v_reallocarray(NULL, 10, 10));
+    ERRNO_CASE("reallocarray(NULL, SIZE_MAX / 2 + 1, 2) overflow", v_reallocarray(NULL, X / 2 + 1, 2));
+    ERRNO_CASE("reallocarray(NULL, PTRDIFF_MAX + 1, 1)", v_reallocarray(NULL, H, 1));
+    ERRNO_CASE("reallocarray(100 B, 2^33, 2^31) overflow", grow(100, (size_t)1 << 33, (size_t)1 << 31, 1));
+    ERRNO_CASE("reallocarray(100 B, 300, 2)", grow(100, 300, 2, 1));
+    /* posix_memalign: EINVAL is returned, never stored; ENOMEM is both. */
+    ERRNO_CASE("posix_memalign(64, 100)", pm(64, 100, &r_));
+    ERRNO_CASE("posix_memalign(8, 0)", pm(8, 0, &r_));
+    ERRNO_CASE("posix_memalign(1 MiB, 1 MiB)", pm((size_t)1 << 20, (size_t)1 << 20, &r_));
+    ERRNO_CASE("posix_memalign(64, PTRDIFF_MAX + 1)", pm(64, H, &r_));
+    ERRNO_CASE("posix_memalign(1 MiB, PTRDIFF_MAX + 1)", pm((size_t)1 << 20, H, &r_));
+    ERRNO_CASE("posix_memalign(64, SIZE_MAX)", pm(64, X, &r_));
+    ERRNO_CASE("posix_memalign(2^62, 64)", pm(T, 64, &r_));
+    ERRNO_CASE("posix_memalign(2^63, 64)", pm(TOP, 64, &r_));
+    ERRNO_CASE("posix_memalign(0, 64)", pm(0, 64, &r_));
+    ERRNO_CASE("posix_memalign(4, 64)", pm(4, 64, &r_));
+    ERRNO_CASE("posix_memalign(24, 64)", pm(24, 64, &r_));
+    ERRNO_CASE("posix_memalign(3, PTRDIFF_MAX + 1)", pm(3, H, &r_));
+    ERRNO_CASE("posix_memalign(SIZE_MAX, 64)", pm(X, 64, &r_));
+    /* aligned_alloc. Rows marked [c17] are glibc 2.36's: aligned_alloc is
+     * memalign; glibc 2.38 rejects alignments that are not powers of two
+     * (EINVAL), as C17 allows; the Rust test knows. */
+    ERRNO_CASE("aligned_alloc(64, 100)", v_aligned_alloc(64, 100));
+    ERRNO_CASE("aligned_alloc(1 MiB, 1 MiB)", v_aligned_alloc((size_t)1 << 20, (size_t)1 << 20));
+    ERRNO_CASE("aligned_alloc(64, PTRDIFF_MAX + 1)", v_aligned_alloc(64, H));
+    ERRNO_CASE("aligned_alloc(2^62, 64)", v_aligned_alloc(T, 64));
+    ERRNO_CASE("aligned_alloc(2^63, 64)", v_aligned_alloc(TOP, 64));
+    ERRNO_CASE("aligned_alloc(SIZE_MAX, 64)", v_aligned_alloc(X, 64));
+    ERRNO_CASE("aligned_alloc(2^63 + 1, 64)", v_aligned_alloc(TOP + 1, 64));
+    ERRNO_CASE("aligned_alloc(3, 64) [c17]", v_aligned_alloc(3, 64));
+    ERRNO_CASE("aligned_alloc(0, 64) [c17]", v_aligned_alloc(0, 64));
+    ERRNO_CASE("aligned_alloc(24, 64) [c17]", v_aligned_alloc(24, 64));
+    ERRNO_CASE("aligned_alloc(3, PTRDIFF_MAX + 1) [c17]", v_aligned_alloc(3, H));
+    ERRNO_CASE("aligned_alloc(2^62 + 1, 64) [c17]", v_aligned_alloc(T + 1, 64));
+    /* memalign, valloc, pvalloc */
+    ERRNO_CASE("memalign(64, 100)", v_memalign(64, 100));
+    ERRNO_CASE("memalign(3, 64)", v_memalign(3, 64));
+    ERRNO_CASE("memalign(0, 64)", v_memalign(0, 64));
+    ERRNO_CASE("memalign(64, PTRDIFF_MAX + 1)", v_memalign(64, H));
+    ERRNO_CASE("memalign(2^62, 64)", v_memalign(T, 64));
+    ERRNO_CASE("memalign(2^62 + 1, 64)", v_memalign(T + 1, 64));
+    ERRNO_CASE("memalign(2^63, 64)", v_memalign(TOP, 64));
+    ERRNO_CASE("memalign(2^63 + 1, 64)", v_memalign(TOP + 1, 64));
+    ERRNO_CASE("memalign(SIZE_MAX, 64)", v_memalign(X, 64));
+    ERRNO_CASE("valloc(100)", v_valloc(100));
+    ERRNO_CASE("valloc(0)", v_valloc(0));
+    ERRNO_CASE("valloc(PTRDIFF_MAX + 1)", v_valloc(H));
+    ERRNO_CASE("valloc(SIZE_MAX)", v_valloc(X));
+    ERRNO_CASE("pvalloc(100)", v_pvalloc(100));
+    ERRNO_CASE("pvalloc(0)", v_pvalloc(0));
+    ERRNO_CASE("pvalloc(PTRDIFF_MAX + 1)", v_pvalloc(H));
+    ERRNO_CASE("pvalloc(SIZE_MAX - 4095)", v_pvalloc(X - 4095));
+    ERRNO_CASE("pvalloc(SIZE_MAX)", v_pvalloc(X));
+    /* free and malloc_usable_size keep errno (NULL, small, large). */
+    static const size_t kept[] = {0, 24, 5000, (size_t)1 << 20};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        void *b = kept[i] ? v_malloc(kept[i]) : NULL;
+        char what[32], call[64];
+        if (kept[i]) snprintf(what, sizeof what, "%zu B", kept[i]);
+        else snprintf(what, sizeof what, "NULL");
+        errno = ERRNO_BEFORE;
+        size_t u = v_usable(b);
+        snprintf(call, sizeof call, "malloc_usable_size(%s) covers it", what);
+        errno_row(call, u >= kept[i] ? (void *)&errno_row : NULL, 0);
+        errno = ERRNO_BEFORE;
+        v_free(b);
+        snprintf(call, sizeof call, "free(%s)", what);
+        errno_row(call, NULL, 0);
+    }
+}
+
 /* malloc_stats prints the statistics table on stderr while blocks are live:
  * 7 blocks of 100 bytes and 5 of 20000. */
 static void stats_contract(void) {
@@ -536,6 +706,34 @@ static void stats_contract(void) {
     malloc_stats();
     for (int i = 0; i < 7; i++) free(a[i]);
     for (int i = 0; i < 5; i++) free(b[i]);
+}
+
+/* malloc_stats in a thread with a cancellation pending (deferred, the
+ * default) returns, with its report whole: glibc writes it with
+ * cancellation off. The thread is then cancelled at its next cancellation
+ * point, which shows the cancellation was pending all along and that the
+ * state was put back. */
+static volatile int stats_returned;
+
+static void *stats_with_cancel_pending(void *arg) {
+    (void)arg;
+    int type;
+    pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
+    pthread_cancel(pthread_self());
+    malloc_stats();
+    stats_returned = 1;
+    pthread_testcancel();
+    return NULL;
+}
+
+static void stats_cancel(void) {
+    fflush(stdout);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, stats_with_cancel_pending, NULL) == 0, "pthread_create");
+    void *ret;
+    CHECK(pthread_join(t, &ret) == 0, "pthread_join");
+    CHECK(stats_returned, "the thread was cancelled inside malloc_stats");
+    CHECK(ret == PTHREAD_CANCELED, "the pending cancellation was lost (returned %p)", ret);
 }
 
 int main(int argc, char **argv) {
@@ -567,6 +765,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(g, "realloc_contents")) realloc_contents();
     else if (!strcmp(g, "trim")) trim_contract();
     else if (!strcmp(g, "stats")) stats_contract();
+    else if (!strcmp(g, "errno")) errno_table();
+    else if (!strcmp(g, "stats_cancel")) stats_cancel();
     else {
         fprintf(stderr, "unknown group %s\n", g);
         return 2;
