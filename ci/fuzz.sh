@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Fuzzing: builds every target in fuzz/ and runs each for SECONDS.
+#
+#   ci/fuzz.sh SECONDS            build, then run every target for SECONDS
+#   ci/fuzz.sh SECONDS RUN...     only these runs (names below)
+#   ci/fuzz.sh coverage           per-file line coverage of src/ from the corpora
+#
+# Runs (target, and the allocator mode it runs under; the allocator reads its
+# mode once at start-up, so each mode is a run of its own):
+#   ops               lockstep model, replayable        (default mode)
+#   ops-debug         the same under SLUBMALLOC_DEBUG=1 (red zones, poison)
+#   ops-random        the same under SLUBMALLOC_FREELIST_RANDOM=1
+#   concurrent        threads at once: real races, fork among running threads
+#   concurrent-debug  the same under SLUBMALLOC_DEBUG=1
+#   c_api             the C entry points (the `override` feature) against
+#                     glibc's contract
+#
+# Inputs are long: each corpus starts from seeds of 1-16 KiB of seeded noise
+# (the model reads any bytes as operations) and libFuzzer runs with
+# -len_control=0, so it does not start from short inputs and grow them.
+# Corpora (fuzz/corpus/RUN) are kept between runs; a failure leaves its
+# input in fuzz/artifacts/RUN/ and the log in ci/out/fuzz/RUN.log, and the
+# script exits non-zero. Replay one with
+#   fuzz/target/x86_64-unknown-linux-gnu/release/TARGET ARTIFACT
+# (with the run's environment variable; `--features override` for c_api).
+#
+# Needs the nightly toolchain (rustup toolchain install nightly); installs
+# cargo-fuzz if it is missing. Runs one fuzzing process at a time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+all_runs=(ops ops-debug ops-random concurrent concurrent-debug c_api)
+target_of() { echo "${1%%-*}"; }
+env_of() {
+    case "$1" in
+        *-debug) echo SLUBMALLOC_DEBUG=1 ;;
+        *-random) echo SLUBMALLOC_FREELIST_RANDOM=1 ;;
+        *) echo FUZZ_MODE=default ;;
+    esac
+}
+features_of() { [ "$(target_of "$1")" = c_api ] && echo "--features override" || true; }
+
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    echo "ci/fuzz.sh: needs the nightly toolchain: rustup toolchain install nightly" >&2
+    exit 1
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "ci/fuzz.sh: installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+fi
+
+# The seeds: noise from fixed seeds, so a run starts from the same inputs.
+seed_corpus() {
+    local dir=fuzz/corpus/$1
+    mkdir -p "$dir"
+    [ -n "$(ls -A "$dir")" ] && return 0
+    python3 - "$dir" <<'PY'
+import random, sys
+for i in range(8):
+    r = random.Random(1000 + i)
+    with open(f"{sys.argv[1]}/seed-{i}", "wb") as f:
+        f.write(bytes(r.getrandbits(8) for _ in range(1024 << (i % 5))))
+PY
+}
+
+build() {
+    local target=$1
+    # shellcheck disable=SC2046
+    (cd fuzz && cargo +nightly fuzz build --sanitizer none $(features_of "$target") "$target")
+}
+
+if [ "${1:-}" = coverage ]; then
+    # Replays every corpus under its run's mode into one profile per target
+    # and prints line coverage per file of src/.
+    sysroot=$(rustc +nightly --print sysroot)
+    bin=$(find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1 | xargs dirname)
+    if [ -z "$bin" ]; then
+        rustup component add llvm-tools-preview --toolchain nightly
+        bin=$(find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1 | xargs dirname)
+    fi
+    out=$root/ci/out/fuzz/coverage
+    rm -rf "$out" && mkdir -p "$out"
+    exes=()
+    empty=$(mktemp -d)
+    for target in ops concurrent c_api; do
+        # Builds the instrumented binary (its own replay, of an empty corpus,
+        # is instant); the replays below give each run its mode.
+        # shellcheck disable=SC2046
+        (cd fuzz && cargo +nightly fuzz coverage $(features_of "$target") "$target" "$empty" >/dev/null)
+        exe=fuzz/target/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$target
+        exes+=("$exe")
+        for run in "${all_runs[@]}"; do
+            [ "$(target_of "$run")" = "$target" ] || continue
+            [ -d fuzz/corpus/"$run" ] || continue
+            echo "replaying fuzz/corpus/$run ($(ls fuzz/corpus/"$run" | wc -l) inputs)"
+            env "$(env_of "$run")" LLVM_PROFILE_FILE="$out/$run-%p.profraw" \
+                "$exe" -runs=0 -timeout=120 -rss_limit_mb=8192 fuzz/corpus/"$run" >"$out/$run.log" 2>&1 || {
+                echo "ci/fuzz.sh: replaying $run failed; see $out/$run.log" >&2
+                exit 1
+            }
+        done
+    done
+    rmdir "$empty"
+    "$bin/llvm-profdata" merge -sparse "$out"/*.profraw -o "$out/all.profdata"
+    others=()
+    for exe in "${exes[@]:1}"; do others+=(-object "$exe"); done
+    "$bin/llvm-cov" report "${exes[0]}" "${others[@]}" -instr-profile="$out/all.profdata" \
+        --ignore-filename-regex='/rustc/|/.cargo/|/registry/|fuzz_targets|tests/model' | tee "$out/report.txt"
+    exit 0
+fi
+
+seconds=${1:?usage: ci/fuzz.sh SECONDS [RUN...] | ci/fuzz.sh coverage}
+shift
+runs=("$@")
+[ ${#runs[@]} -gt 0 ] || runs=("${all_runs[@]}")
+
+mkdir -p ci/out/fuzz
+for target in ops concurrent c_api; do
+    for run in "${runs[@]}"; do
+        if [ "$(target_of "$run")" = "$target" ]; then
+            build "$target"
+            break
+        fi
+    done
+done
+
+failed=()
+for run in "${runs[@]}"; do
+    target=$(target_of "$run")
+    seed_corpus "$run"
+    mkdir -p fuzz/artifacts/"$run"
+    log=ci/out/fuzz/$run.log
+    echo "== $run ($(env_of "$run")), ${seconds}s"
+    if env "$(env_of "$run")" fuzz/target/x86_64-unknown-linux-gnu/release/"$target" \
+        -max_total_time="$seconds" -len_control=0 -max_len=16384 -timeout=120 \
+        -rss_limit_mb=4096 -print_final_stats=1 \
+        -artifact_prefix=fuzz/artifacts/"$run"/ fuzz/corpus/"$run" >"$log" 2>&1; then
+        grep -E '^stat::number_of_executed_units|^stat::average_exec_per_sec|DONE' "$log" | tr '\n' ' '
+        echo
+    else
+        echo "FAILED: $run; last lines of $log:"
+        grep -v '^\s*[0-9]*: \|^\s*at ' "$log" | cut -c1-400 | tail -25
+        ls fuzz/artifacts/"$run"/ 2>/dev/null | sed "s|^|  artifact: fuzz/artifacts/$run/|"
+        failed+=("$run")
+    fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "ci/fuzz.sh: failed: ${failed[*]}"
+    exit 1
+fi
+echo "ci/fuzz.sh: ${#runs[@]} runs of ${seconds}s passed"
