@@ -82,12 +82,13 @@ if [ "${1:-}" = coverage ]; then
     out=$root/ci/out/fuzz/coverage
     rm -rf "$out" && mkdir -p "$out"
     exes=()
-    empty=$(mktemp -d)
+    one=$(mktemp -d)
+    printf '\0' >"$one/empty-input"
     for target in ops concurrent c_api; do
-        # Builds the instrumented binary (its own replay, of an empty corpus,
+        # Builds the instrumented binary (its own replay, of one empty input,
         # is instant); the replays below give each run its mode.
         # shellcheck disable=SC2046
-        (cd fuzz && cargo +nightly fuzz coverage $(features_of "$target") "$target" "$empty" >/dev/null)
+        (cd fuzz && RUSTFLAGS="--cfg fuzz_coverage" cargo +nightly fuzz coverage --sanitizer none $(features_of "$target") "$target" "$one" >/dev/null)
         exe=fuzz/target/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$target
         exes+=("$exe")
         for run in "${all_runs[@]}"; do
@@ -95,13 +96,13 @@ if [ "${1:-}" = coverage ]; then
             [ -d fuzz/corpus/"$run" ] || continue
             echo "replaying fuzz/corpus/$run ($(ls fuzz/corpus/"$run" | wc -l) inputs)"
             env "$(env_of "$run")" LLVM_PROFILE_FILE="$out/$run-%p.profraw" \
-                "$exe" -runs=0 -timeout=120 -rss_limit_mb=8192 fuzz/corpus/"$run" >"$out/$run.log" 2>&1 || {
+                "$exe" -runs=0 -timeout=120 -rss_limit_mb=8192 -artifact_prefix="$out/" fuzz/corpus/"$run" >"$out/$run.log" 2>&1 || {
                 echo "ci/fuzz.sh: replaying $run failed; see $out/$run.log" >&2
                 exit 1
             }
         done
     done
-    rmdir "$empty"
+    rm -r "$one"
     "$bin/llvm-profdata" merge -sparse "$out"/*.profraw -o "$out/all.profdata"
     others=()
     for exe in "${exes[@]:1}"; do others+=(-object "$exe"); done
