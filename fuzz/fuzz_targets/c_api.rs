@@ -3,8 +3,8 @@
 //! included): sequences of malloc, calloc (with overflowing products),
 //! realloc (NULL, 0, shrink, grow, impossible sizes), reallocarray,
 //! posix_memalign / aligned_alloc / memalign / valloc / pvalloc with valid
-//! and invalid alignments, malloc_usable_size, free, malloc_trim and glibc's
-//! `__libc_*` aliases. Each return value and errno is compared with glibc
+//! and invalid alignments, malloc_usable_size, free and cfree, malloc_trim,
+//! glibc's `__libc_*` aliases and slubmalloc_check_stats. Each return value and errno is compared with glibc
 //! 2.36's contract as `src/ffi.rs` states it (and `tests/preload_contract.rs`
 //! measures against glibc itself): NULL with ENOMEM for impossible sizes,
 //! EINVAL for impossible alignments, errno untouched on success; blocks
@@ -45,6 +45,11 @@ extern "C" {
     fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
     fn __libc_free(p: *mut c_void);
     fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    fn __libc_valloc(size: usize) -> *mut c_void;
+    fn __libc_pvalloc(size: usize) -> *mut c_void;
+    fn __posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int;
+    fn cfree(p: *mut c_void);
+    fn slubmalloc_check_stats() -> c_int;
 }
 
 const SLOTS: usize = 512;
@@ -188,6 +193,7 @@ impl Harness {
         unsafe {
             match b.block.key % 3 {
                 0 => __libc_free(p),
+                1 => cfree(p),
                 _ => free(p),
             }
         }
@@ -255,7 +261,6 @@ impl Harness {
                 }
             }
             3..=5 => {
-                let old = self.slots[slot].take();
                 let (n, overflow) = if op % 16 == 5 {
                     let count = 1 + b.u8()? as usize;
                     let each = size(b)?;
@@ -267,6 +272,8 @@ impl Harness {
                     (size(b)?, false)
                 };
                 let n = self.budget(n);
+                // Taken only now: an operation cut short keeps its block.
+                let old = self.slots[slot].take();
                 if let Some(o) = old {
                     o.block.check_all("before realloc");
                 }
@@ -337,7 +344,13 @@ impl Harness {
                 let n = self.budget(size(b)?);
                 let mut out: *mut c_void = 0x5a5a as *mut c_void;
                 // SAFETY: `out` is writable.
-                let r = unsafe { posix_memalign(&mut out, align, n) };
+                let r = unsafe {
+                    if op & 16 == 0 {
+                        posix_memalign(&mut out, align, n)
+                    } else {
+                        __posix_memalign(&mut out, align, n)
+                    }
+                };
                 if !align.is_power_of_two() || align % 8 != 0 {
                     assert_eq!(r, libc::EINVAL, "posix_memalign({align}, {n}) returned {r}");
                     assert_eq!(errno(), SENTINEL, "posix_memalign EINVAL changed errno");
@@ -433,10 +446,19 @@ impl Harness {
                     assert_eq!(errno(), SENTINEL, "free(NULL) changed errno");
                 }
             },
-            14 => {
+            14 if op & 16 == 0 => {
                 // SAFETY: no preconditions.
                 let r = unsafe { malloc_trim(0) };
                 assert!(r == 0 || r == 1, "malloc_trim returned {r}");
+            }
+            14 => {
+                // The walk from C (single-threaded here: quiescent).
+                // SAFETY: no preconditions.
+                let bad = unsafe { slubmalloc_check_stats() };
+                assert_eq!(
+                    bad, 0,
+                    "slubmalloc_check_stats: {bad} classes disagree with the walk"
+                );
             }
             _ => {
                 // A burst: many small blocks of one size, then every other freed.
