@@ -24,8 +24,10 @@
 #   fuzz/target/x86_64-unknown-linux-gnu/release/TARGET ARTIFACT
 # (with the run's environment variable; `--features override` for c_api).
 #
-# Needs the nightly toolchain (rustup toolchain install nightly); installs
-# cargo-fuzz if it is missing. Runs one fuzzing process at a time.
+# Uses the nightly toolchain where one is installed and the default one
+# otherwise (the targets are built without a sanitizer, which is what needs
+# nightly; the coverage instrumentation is stable). Installs cargo-fuzz if it
+# is missing. Runs one fuzzing process at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -41,9 +43,9 @@ env_of() {
 }
 features_of() { [ "$(target_of "$1")" = c_api ] && echo "--features override" || true; }
 
-if ! cargo +nightly --version >/dev/null 2>&1; then
-    echo "ci/fuzz.sh: needs the nightly toolchain: rustup toolchain install nightly" >&2
-    exit 1
+tc=()
+if cargo +nightly --version >/dev/null 2>&1; then
+    tc=(+nightly)
 fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "ci/fuzz.sh: installing cargo-fuzz"
@@ -67,18 +69,18 @@ PY
 build() {
     local target=$1
     # shellcheck disable=SC2046
-    (cd fuzz && cargo +nightly fuzz build --sanitizer none $(features_of "$target") "$target")
+    (cd fuzz && cargo "${tc[@]}" fuzz build --sanitizer none $(features_of "$target") "$target")
 }
 
 if [ "${1:-}" = coverage ]; then
     # Replays every corpus under its run's mode into one profile per target
     # and prints line coverage per file of src/.
-    sysroot=$(rustc +nightly --print sysroot)
-    bin=$(find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1 | xargs dirname)
-    if [ -z "$bin" ]; then
-        rustup component add llvm-tools-preview --toolchain nightly
-        bin=$(find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1 | xargs dirname)
+    sysroot=$(rustc "${tc[@]}" --print sysroot)
+    profdata() { find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1; }
+    if [ -z "$(profdata)" ]; then
+        rustup component add llvm-tools-preview ${tc[0]:+--toolchain nightly}
     fi
+    bin=$(dirname "$(profdata)")
     out=$root/ci/out/fuzz/coverage
     rm -rf "$out" && mkdir -p "$out"
     exes=()
@@ -88,7 +90,7 @@ if [ "${1:-}" = coverage ]; then
         # Builds the instrumented binary (its own replay, of one empty input,
         # is instant); the replays below give each run its mode.
         # shellcheck disable=SC2046
-        (cd fuzz && RUSTFLAGS="--cfg fuzz_coverage" cargo +nightly fuzz coverage --sanitizer none $(features_of "$target") "$target" "$one" >/dev/null)
+        (cd fuzz && RUSTFLAGS="--cfg fuzz_coverage" cargo "${tc[@]}" fuzz coverage --sanitizer none $(features_of "$target") "$target" "$one" >/dev/null)
         exe=fuzz/target/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$target
         exes+=("$exe")
         for run in "${all_runs[@]}"; do
