@@ -4,11 +4,12 @@
 
 use core::ptr;
 
+use crate::fastpath;
 use crate::large::{self, Freed};
 use crate::os;
+use crate::release;
 use crate::segment;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
-use crate::thread_heap;
 
 /// `malloc(size)`: 16-byte aligned from 16 bytes up, 8-byte below.
 #[cfg_attr(not(feature = "override"), allow(dead_code))]
@@ -16,7 +17,7 @@ use crate::thread_heap;
 pub fn malloc(size: usize) -> *mut u8 {
     // Up to 1 KiB, the common case, straight through: a compare and the table.
     if size <= size_class::LOOKUP_MAX {
-        thread_heap::alloc_scaled(size_class::scaled_class_by_table(size), size, 16)
+        fastpath::alloc_scaled(size_class::scaled_class_by_table(size), size, 16)
     } else {
         malloc_above_table(size)
     }
@@ -27,7 +28,7 @@ pub fn malloc(size: usize) -> *mut u8 {
 #[inline(never)]
 fn malloc_above_table(size: usize) -> *mut u8 {
     if size <= MAX_SMALL_BYTES {
-        thread_heap::alloc(size_class::class_by_log(size), size, 16)
+        fastpath::alloc(size_class::class_by_log(size), size, 16)
     } else {
         large::alloc(size, 16, false)
     }
@@ -40,10 +41,10 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
     // 16-byte aligned, so up to that alignment the table decides.
     let want = size.max(align);
     if want <= size_class::LOOKUP_MAX && align <= 16 {
-        return thread_heap::alloc_scaled(size_class::scaled_class_by_table(want), size, align);
+        return fastpath::alloc_scaled(size_class::scaled_class_by_table(want), size, align);
     }
     match class_for(size, align) {
-        Some(class) => thread_heap::alloc(class, size, align),
+        Some(class) => fastpath::alloc(class, size, align),
         None => large::alloc(size, align, false),
     }
 }
@@ -52,7 +53,7 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
 pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
         Some(class) => {
-            let p = thread_heap::alloc(class, size, align);
+            let p = fastpath::alloc(class, size, align);
             if !p.is_null() {
                 // SAFETY: `p` holds at least `size` bytes.
                 unsafe { ptr::write_bytes(p, 0, size) };
@@ -73,7 +74,7 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 pub unsafe fn free(p: *mut u8) {
     if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
-        unsafe { thread_heap::free(p) }
+        unsafe { fastpath::free(p) }
     } else if !p.is_null() {
         free_large(p)
     }
@@ -90,7 +91,7 @@ pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
     // red zone makes them bigger), so those ask the segment map.
     if size.max(align) <= MAX_SMALL_BYTES - crate::debug::EXTRA_BYTES {
         // SAFETY: such a layout is always served from a slab.
-        unsafe { thread_heap::free(p) }
+        unsafe { fastpath::free(p) }
     } else {
         // SAFETY: per the contract.
         unsafe { free(p) }
@@ -117,7 +118,7 @@ fn free_large(p: *mut u8) {
 pub unsafe fn usable_size(p: *mut u8) -> usize {
     if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
-        unsafe { thread_heap::usable_size(p) }
+        unsafe { fastpath::usable_size(p) }
     } else {
         match large::usable_size(p) {
             Some(n) => n,
@@ -135,10 +136,10 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
 pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     let old_size = if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
-        let class = unsafe { thread_heap::class_of_ptr(p) };
+        let class = unsafe { fastpath::class_of_ptr(p) };
         if crate::debug::enabled() {
             // SAFETY: as above; the red zone moves with the size, so no in-place.
-            unsafe { thread_heap::usable_size(p) }
+            unsafe { fastpath::usable_size(p) }
         } else if class_for(new_size, align) == Some(class) {
             return p;
         } else {
@@ -169,7 +170,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 /// Gives back all the memory we can: the calling thread's slabs go to the
 /// node lists, free slabs and cached large blocks to the kernel.
 pub fn trim() {
-    thread_heap::flush_current();
+    release::flush_current();
     segment::purge_now();
     large::purge_cache(u64::MAX);
 }

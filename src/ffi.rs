@@ -167,10 +167,10 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
 /// Returns 1 if memory went back to the kernel, as glibc does.
 #[no_mangle]
 pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
-    let g = crate::stats::global();
+    let g = crate::counters::global();
     let released = || {
         (
-            g.purges.load(core::sync::atomic::Ordering::Relaxed),
+            crate::os::PURGES.load(core::sync::atomic::Ordering::Relaxed),
             g.segments.load(core::sync::atomic::Ordering::Relaxed)
                 + g.large_mapped.load(core::sync::atomic::Ordering::Relaxed),
         )

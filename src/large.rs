@@ -209,7 +209,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     };
     let (base, map_len, p) = match cached {
         Some((base, l)) => {
-            crate::stats::global()
+            crate::counters::global()
                 .large_cached
                 .fetch_sub(l as u64, Ordering::Relaxed);
             if zero {
@@ -223,7 +223,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             if m.is_null() {
                 return m;
             }
-            crate::stats::global()
+            crate::counters::global()
                 .large_mapped
                 .fetch_add(len as u64, Ordering::Relaxed);
             (m as usize, len, m as usize)
@@ -240,7 +240,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
         os::set_enomem();
         return ptr::null_mut();
     }
-    let g = crate::stats::global();
+    let g = crate::counters::global();
     g.large_blocks.fetch_add(1, Ordering::Relaxed);
     g.large_bytes.fetch_add(map_len as u64, Ordering::Relaxed);
     p as *mut u8
@@ -248,7 +248,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
 
 fn unmap(base: usize, len: usize) {
     os::unmap(base as *mut u8, len);
-    crate::stats::global()
+    crate::counters::global()
         .large_mapped
         .fetch_sub(len as u64, Ordering::Relaxed);
 }
@@ -277,7 +277,7 @@ pub fn free(p: *mut u8) -> Freed {
         t.slot_mut(i).ptr = TOMBSTONE;
         t.freed[t.freed_next] = p;
         t.freed_next = (t.freed_next + 1) % FREED_RING;
-        let g = crate::stats::global();
+        let g = crate::counters::global();
         g.large_blocks.fetch_sub(1, Ordering::Relaxed);
         g.large_bytes.fetch_sub(e.len as u64, Ordering::Relaxed);
         let slot = t.cache.iter().position(|c| c.base == 0);
@@ -362,7 +362,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             t.slot_mut(i).ptr = p;
             return Some(ptr::null_mut());
         }
-        let g = crate::stats::global();
+        let g = crate::counters::global();
         g.large_bytes.fetch_add(
             (new_len as u64).wrapping_sub(e.len as u64),
             Ordering::Relaxed,
@@ -395,7 +395,7 @@ pub fn purge_cache(cutoff_ns: u64) -> bool {
         t.cached_bytes > 0
     });
     for c in out.iter().filter(|c| c.base != 0) {
-        crate::stats::global()
+        crate::counters::global()
             .large_cached
             .fetch_sub(c.len as u64, Ordering::Relaxed);
         unmap(c.base, c.len);
@@ -423,7 +423,7 @@ pub fn repair_in_child() {
     t.used = (0..t.cap).filter(|&i| t.slot(i).ptr != EMPTY).count();
     t.cache = [NO_CACHED; CACHE_SLOTS];
     t.cached_bytes = 0;
-    crate::stats::global()
+    crate::counters::global()
         .large_cached
         .store(0, Ordering::Relaxed);
     LARGE.lock.reset_in_child();

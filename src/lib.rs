@@ -14,32 +14,53 @@
 //! }
 //! ```
 //!
-//! Shape (see DESIGN in the repository): thread heaps (per class an active
-//! slab and a short partial list) -> node partial lists (per class, locked,
-//! exact counters) -> segments (4 MiB aligned mappings of 64 KiB slabs).
-//! Blocks above 32 KiB get their own mappings.
+//! Shape: thread heaps (per class an active slab and a short partial list)
+//! -> node partial lists (per class, locked, exact counters) -> segments
+//! (4 MiB aligned mappings of 64 KiB slabs). Blocks above 32 KiB get their
+//! own mappings.
 //!
-//! Layers, each using only those above it in this list: `os`, `sync`, `fmt`
-//! -> `size_class`, `segment`, `slab` -> `node`, `thread_heap`, `large` ->
-//! `alloc`, `stats`, `walk`, `report`, `fork` -> this file and `ffi`.
+//! Modules in layers, lowest first. A module uses only modules of its own
+//! layer or lower ones, and no import cycle spans more than three modules
+//! (both checked by `tests/layers.rs`):
+//!
+//! 1. `fmt`, `os`, `sync`: formatting without allocating, every system call,
+//!    atomics, the lock and the store-order fence.
+//! 2. `counters`, `options`, `size_class`: counter cells, the environment,
+//!    size classes and the segment/slab geometry.
+//! 3. `freelist`, `slab`, `segment`, `large`: encoded free lists; a slab's
+//!    descriptor and life cycle; segments of slabs; large blocks.
+//! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
+//!    their registry; the thread's heap pointer; debug mode's red zones.
+//! 5. `stats`, `report`, `walk`, `fork`: statistics snapshots and reports;
+//!    the verification walk; the fork handlers and the child's repairs.
+//! 6. `fastpath`, `refill`, `release`, `init`: the fast paths; the
+//!    allocation and free slow paths; process and thread start and end.
+//! 7. `alloc`: routing a request to a class or a large block.
+//! 8. `ffi`, and this file.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod alloc;
+mod counters;
 mod debug;
+mod fastpath;
 mod fmt;
 mod fork;
+mod freelist;
+mod heap;
+mod init;
 mod large;
 mod node;
 mod options;
 mod os;
+mod refill;
+mod release;
 mod report;
 mod segment;
 mod size_class;
 mod slab;
 mod stats;
 mod sync;
-mod thread_heap;
 mod tls;
 mod walk;
 

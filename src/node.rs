@@ -11,7 +11,7 @@ use core::ptr;
 
 use crate::segment;
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{Slab, FREE, LISTED, REMOTE_LISTED};
+use crate::slab::{Slab, State};
 use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
 
 /// Empty slabs a node keeps before returning them to their segment. SLUB keeps
@@ -79,8 +79,8 @@ impl Node {
 
     /// Links `slab` in at the head or the tail and counts it. Lock held.
     fn link(&self, slab: &Slab, at_tail: bool) {
+        debug_assert_eq!(slab.state(), State::Listed);
         let s = slab as *const Slab as *mut Slab;
-        slab.state.set(LISTED);
         if at_tail {
             slab.next.set(ptr::null_mut());
             slab.prev.set(self.tail.get());
@@ -163,14 +163,13 @@ impl Node {
 /// list whose lock such a thread held is built again from the slab
 /// descriptors, and its lock freed.
 ///
-/// A slab belongs on its node list exactly when it is in use in its segment,
-/// its `remote` word reads `REMOTE_LISTED` and its state is not FREE. A slab
-/// leaves the list for a heap when `take_from_node` stores `REMOTE_OWNED` in
-/// it (before that, listing it again is right: the lost thread never used
-/// it) and for its segment when `free_slab` makes it FREE; `Slab::init`
-/// stores `REMOTE_OWNED` before anything else, and the paths that list a
-/// slab (`release`, `release_empty`) store `REMOTE_LISTED` first. A slab
-/// caught in between is listed with the counts it has then, which never
+/// A slab belongs on its node list exactly when it is in use in its segment
+/// and its state is LISTED. A slab leaves the list for a heap when
+/// `Slab::take_listed` makes it OWNED (before that, listing it again is
+/// right: the lost thread never used it) and for its segment when
+/// `Slab::make_free` makes it FREE; a slab is made LISTED
+/// (`Slab::begin_listing`) before its lists are merged and it is linked. A
+/// slab caught in between is listed with the counts it has then, which never
 /// call an object in use free: at worst the child leaks the objects that the
 /// lost thread was moving between lists. The new list is in address order;
 /// counters are recomputed, placement counts kept.
@@ -190,12 +189,7 @@ pub fn rebuild_in_child() {
     }
     segment::for_each_slab(|slab| {
         let class = slab.class.get() as usize;
-        if slab.state.get() != FREE
-            && slab.remote.0.load(Ordering::Relaxed) == REMOTE_LISTED
-            && class < NUM_CLASSES
-            && held[class]
-        {
-            slab.owner.store(ptr::null_mut(), Ordering::Relaxed);
+        if slab.state() == State::Listed && class < NUM_CLASSES && held[class] {
             NODES[class].link(slab, true);
         }
     });
@@ -204,7 +198,8 @@ pub fn rebuild_in_child() {
     }
 }
 
-/// Gives an empty, unlisted, unowned slab back to its segment.
+/// Gives an empty, unlisted slab back to its segment. Node lock held.
 pub fn discard(slab: &Slab) {
+    slab.make_free();
     segment::free_slab(slab as *const Slab as *mut Slab);
 }

@@ -6,6 +6,12 @@
 
 use core::ptr;
 
+use crate::sync::{AtomicU64, Ordering};
+
+/// Mappings made, and ranges purged (MADV_DONTNEED), for the statistics.
+pub static MMAPS: AtomicU64 = AtomicU64::new(0);
+pub static PURGES: AtomicU64 = AtomicU64::new(0);
+
 pub const PAGE_BYTES: usize = 4096;
 
 /// Saves `errno` and restores it when dropped.
@@ -51,9 +57,7 @@ pub fn map(bytes: usize) -> *mut u8 {
         set_enomem();
         return ptr::null_mut();
     }
-    crate::stats::global()
-        .mmaps
-        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    MMAPS.fetch_add(1, Ordering::Relaxed);
     p.cast()
 }
 
@@ -96,9 +100,7 @@ pub fn purge(p: *mut u8, bytes: usize) {
     let _keep = ErrnoGuard::save();
     // SAFETY: callers pass a range inside one of their mappings holding no live data.
     unsafe { libc::madvise(p.cast(), bytes, libc::MADV_DONTNEED) };
-    crate::stats::global()
-        .purges
-        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    PURGES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Grows or shrinks a mapping, possibly moving it; null with ENOMEM on failure.

@@ -11,14 +11,12 @@
 use core::ptr;
 
 use crate::os;
-use crate::slab::{Slab, FREE};
+use crate::slab::Slab;
 use crate::sync::{store_order_fence, AtomicU64, AtomicU8, Locked, Ordering};
 
-pub const SEGMENT_SHIFT: usize = 22;
-pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
-pub const SLAB_SHIFT: usize = 16;
-pub const SLAB_BYTES: usize = 1 << SLAB_SHIFT; // 64 KiB
-pub const SLABS_PER_SEGMENT: usize = SEGMENT_BYTES / SLAB_BYTES;
+pub use crate::size_class::{
+    segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
+};
 /// Slab 0 holds the segment header; the rest serve objects.
 const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
@@ -63,11 +61,6 @@ static SEGMENTS: Locked<Segments> = Locked::new(Segments {
 
 /// Mirror of `purge_at_ns`, read without the lock on slow paths.
 static PURGE_AT_NS: AtomicU64 = AtomicU64::new(0);
-
-#[inline(always)]
-pub fn segment_of(p: usize) -> usize {
-    p & !(SEGMENT_BYTES - 1)
-}
 
 /// The descriptor of the slab holding `p`, which must be inside a segment.
 /// Cost: and, shift-and-mask, lea.
@@ -147,8 +140,6 @@ pub fn free_slab(slab: *mut Slab) {
         // SAFETY: `slab` is inside a live segment; the lock is held.
         let seg = unsafe { &mut *seg };
         let index = (slab as usize - seg as *mut Segment as usize) / core::mem::size_of::<Slab>();
-        // SAFETY: as above.
-        unsafe { (*slab).state.set(FREE) };
         seg.free_mask |= 1 << index;
         seg.dirty_mask |= 1 << index;
         let now = os::now_ns();
@@ -177,9 +168,11 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     if seg.is_null() {
         return seg;
     }
-    // SAFETY: fresh zeroed mapping big enough for the header; zero is a valid
-    // Segment (all slabs FREE, null links).
+    // SAFETY: fresh mapping big enough for the header, ours alone.
     unsafe {
+        for i in 1..SLABS_PER_SEGMENT {
+            ptr::addr_of_mut!((*seg).slabs[i]).write(Slab::new_free());
+        }
         (*seg).free_mask = ALL_SLABS;
         (*seg).dirty_mask = 0;
         (*seg).next = s.all;
@@ -194,7 +187,7 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     s.all = seg;
     s.count += 1;
     set_mapped(seg as usize, true);
-    crate::stats::global()
+    crate::counters::global()
         .segments
         .fetch_add(1, Ordering::Relaxed);
     seg
@@ -239,7 +232,7 @@ fn purge_if_due_locked(s: &mut Segments, now: u64) {
             unlink(s, seg);
             set_mapped(seg as usize, false);
             os::unmap(seg.cast(), SEGMENT_BYTES);
-            crate::stats::global()
+            crate::counters::global()
                 .segments
                 .fetch_sub(1, Ordering::Relaxed);
         } else {

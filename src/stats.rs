@@ -9,97 +9,10 @@
 
 use core::fmt;
 
+use crate::counters::{global, Ev};
 use crate::node::NODES;
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES};
-use crate::sync::{AtomicU64, Ordering};
-
-/// Per-class events kept in each thread's counter block.
-#[derive(Clone, Copy)]
-#[repr(usize)]
-pub enum Ev {
-    AllocFast,
-    AllocSlow,
-    FreeFast,
-    FreeSlow,
-    FreeRemote,
-    RefillOwn,
-    RefillPartial,
-    RefillNode,
-    SlabsNew,
-    SlabsFreed,
-    /// A gauge, not an event: slabs on this thread's partial list.
-    ThreadPartial,
-}
-
-impl Ev {
-    pub const COUNT: usize = 11;
-}
-
-/// One thread's counters for one class. Single writer (the owning thread).
-#[repr(C)]
-pub struct Counters([AtomicU64; Ev::COUNT]);
-
-impl Counters {
-    pub const fn new() -> Self {
-        Counters([const { AtomicU64::new(0) }; Ev::COUNT])
-    }
-
-    /// Adds `n`: a relaxed load and store, which x86-64 compiles to one
-    /// `add` to memory, with no lock prefix.
-    #[inline(always)]
-    pub fn add(&self, ev: Ev, n: u64) {
-        if cfg!(feature = "bench-no-counters") && !matches!(ev, Ev::ThreadPartial) {
-            return;
-        }
-        let c = &self.0[ev as usize];
-        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-    }
-
-    #[inline(always)]
-    pub fn inc(&self, ev: Ev) {
-        self.add(ev, 1);
-    }
-
-    #[inline(always)]
-    pub fn sub(&self, ev: Ev, n: u64) {
-        self.add(ev, n.wrapping_neg());
-    }
-
-    pub fn clear(&self) {
-        for c in self.0.iter() {
-            c.store(0, Ordering::Relaxed);
-        }
-    }
-
-    pub fn get_index(&self, i: usize) -> u64 {
-        self.0[i].load(Ordering::Relaxed)
-    }
-}
-
-/// Process-wide counters of rare events, updated with atomic adds.
-pub struct Global {
-    pub mmaps: AtomicU64,
-    pub purges: AtomicU64,
-    pub segments: AtomicU64,
-    pub large_blocks: AtomicU64,
-    pub large_bytes: AtomicU64,
-    pub large_mapped: AtomicU64,
-    pub large_cached: AtomicU64,
-}
-
-static GLOBAL: Global = Global {
-    mmaps: AtomicU64::new(0),
-    purges: AtomicU64::new(0),
-    segments: AtomicU64::new(0),
-    large_blocks: AtomicU64::new(0),
-    large_bytes: AtomicU64::new(0),
-    large_mapped: AtomicU64::new(0),
-    large_cached: AtomicU64::new(0),
-};
-
-pub fn global() -> &'static Global {
-    &GLOBAL
-}
+use crate::sync::Ordering;
 
 /// One size class, as `/proc/slabinfo` and SLUB_STATS would show it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -168,7 +81,7 @@ pub struct Stats {
 /// Takes a statistics snapshot without walking any list.
 pub fn stats() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = crate::thread_heap::sum_counters(&mut sums, true);
+    let (alive, exited) = crate::heap::sum_counters(&mut sums, true);
     build(&sums, alive, exited)
 }
 
@@ -176,7 +89,7 @@ pub fn stats() -> Stats {
 /// handler that interrupted the allocator).
 pub(crate) fn stats_for_report() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = crate::thread_heap::sum_counters(&mut sums, false);
+    let (alive, exited) = crate::heap::sum_counters(&mut sums, false);
     build(&sums, alive, exited)
 }
 
@@ -222,8 +135,8 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
-        mmaps: g.mmaps.load(Ordering::Relaxed),
-        purges: g.purges.load(Ordering::Relaxed),
+        mmaps: crate::os::MMAPS.load(Ordering::Relaxed),
+        purges: crate::os::PURGES.load(Ordering::Relaxed),
         threads_alive: alive,
         threads_exited: exited,
     };
