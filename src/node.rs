@@ -6,13 +6,14 @@
 //! refill takes them while they are cache-hot; fuller slabs, and slabs that
 //! became partial through a remote free (cache-cold), go to the tail.
 
-use core::cell::Cell;
 use core::ptr;
 
+use crate::freelist::{list_contains, set_next};
 use crate::segment;
+#[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{Slab, State};
-use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
+use crate::slab::{double_free, Slab, State};
+use crate::sync::{AtomicU64, AtomicUsize, Cell, Lock, Ordering};
 
 /// Empty slabs a node keeps before returning them to their segment. SLUB keeps
 /// 5..10 slabs of 4..32 KiB; ours are 64 KiB, so we keep fewer.
@@ -34,6 +35,7 @@ pub struct Node {
 // SAFETY: the Cell fields are touched only with `lock` held.
 unsafe impl Sync for Node {}
 
+#[cfg(not(loom))]
 pub static NODES: [Node; NUM_CLASSES] = [const { Node::new() }; NUM_CLASSES];
 
 /// The placement policy, a named function so it can be measured and changed:
@@ -52,8 +54,9 @@ fn bump(c: &AtomicUsize, n: isize) {
     );
 }
 
-impl Node {
-    const fn new() -> Self {
+/// A node's initial value (loom's atomics are not made in const context).
+macro_rules! new_node {
+    () => {
         Node {
             lock: Lock::new(),
             head: Cell::new(ptr::null_mut()),
@@ -63,6 +66,18 @@ impl Node {
             added_head: AtomicU64::new(0),
             added_tail: AtomicU64::new(0),
         }
+    };
+}
+
+impl Node {
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        new_node!()
+    }
+
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        new_node!()
     }
 
     /// Puts an unowned slab with free objects on the list. Lock held.
@@ -132,9 +147,28 @@ impl Node {
         );
     }
 
-    /// One more free object on a listed slab. Lock held.
-    pub fn note_free(&self) {
+    /// Frees `p` into `slab`, LISTED on this node, lock held; `looks_free`
+    /// is `slab::looks_free(p)` read before any write into `p`. A slab that
+    /// empties goes back to its segment unless the node keeps it
+    /// (`should_discard_empty`); returns whether it went.
+    pub fn free_listed(&self, slab: &Slab, p: *mut u8, looks_free: bool) -> bool {
+        debug_assert_eq!(slab.state(), State::Listed);
+        if looks_free && list_contains(slab.local_free.get(), p, slab.objects.get()) {
+            double_free(p);
+        }
+        // SAFETY: `p` is a live object the caller gives up; the slab's
+        // lists are ours under the node lock.
+        unsafe { set_next(p, slab.local_free.get()) };
+        slab.local_free.set(p);
+        slab.inuse.set(slab.inuse.get() - 1);
         bump(&self.free_objects, 1);
+        slab.check();
+        if slab.inuse.get() == 0 && self.should_discard_empty() {
+            self.remove(slab);
+            discard(slab);
+            return true;
+        }
+        false
     }
 
     pub fn first(&self) -> *mut Slab {
@@ -173,6 +207,7 @@ impl Node {
 /// call an object in use free: at worst the child leaks the objects that the
 /// lost thread was moving between lists. The new list is in address order;
 /// counters are recomputed, placement counts kept.
+#[cfg(not(loom))]
 pub fn rebuild_in_child() {
     let mut held = [false; NUM_CLASSES];
     for (class, node) in NODES.iter().enumerate() {

@@ -88,19 +88,8 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
         if slab.state() != State::Listed {
             continue; // a heap took the slab, or it filled up, while we waited
         }
-        if looks_free && freelist::list_contains(slab.local_free.get(), p, slab.objects.get()) {
-            double_free(p);
-        }
-        // SAFETY: `p` is a live object the caller gives up; the slab's
-        // lists are ours under the node lock.
-        unsafe { set_next(p, slab.local_free.get()) };
-        slab.local_free.set(p);
-        slab.inuse.set(slab.inuse.get() - 1);
         heap.classes[class].ev.inc(Ev::FreeSlow);
-        node.note_free();
-        if slab.inuse.get() == 0 && node.should_discard_empty() {
-            node.remove(slab);
-            node::discard(slab);
+        if node.free_listed(slab, p, looks_free) {
             heap.classes[class].ev.inc(Ev::SlabsFreed);
         }
         return;

@@ -30,13 +30,12 @@
 //! `local_free` plus the never-carved ones make `objects`, whenever the
 //! lists are held by one party (`check`).
 
-use core::cell::Cell;
 use core::ptr;
 
 use crate::freelist::{link_is_sane, set_next};
 use crate::os;
 use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
 
 /// The low bits of the `remote` word that hold the state.
 const TAG_MASK: usize = 3;
@@ -158,9 +157,11 @@ pub struct Slab {
 #[repr(C)]
 pub struct Remote(pub AtomicUsize);
 
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::offset_of!(Slab, remote) == 64);
 // Descriptors are packed 128 bytes apart: the headers of 4 MiB-aligned
 // segments share cache sets, and twice that stride doubled their conflicts.
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<Slab>() == 128);
 
 // SAFETY: the Cell fields are touched only by the slab's owner or under the
@@ -492,7 +493,10 @@ impl Slab {
     pub unsafe fn is_object_start_owned(&self, p: *mut u8) -> bool {
         let offset = (p as usize & (SLAB_BYTES - 1)) as u32;
         // SAFETY: per the contract, no other thread writes `carved` now.
+        #[cfg(not(loom))]
         let carved = unsafe { *self.carved.as_ptr() };
+        #[cfg(loom)]
+        let carved = self.carved.load(Ordering::Relaxed);
         self.div.get().is_slot_below(offset, carved)
     }
 

@@ -1,11 +1,24 @@
-//! The allocator's one lock: a futex mutex that never allocates, can be
-//! declared in a `static`, and can be reset in a forked child.
+//! The allocator's atomics and cells, its one lock (a futex mutex that never
+//! allocates, can be declared in a `static`, and can be reset in a forked
+//! child), and the store-order fence.
 //!
-//! All atomics the allocator uses come from here, so a model checker can be
-//! swapped in at one place.
+//! The slab protocol (`slab`, `node`, `freelist`) takes its atomics and
+//! cells from here, so that the model check (`tests/model`, built with
+//! `--cfg loom`) swaps in loom's, which explore every interleaving and
+//! catch unsynchronised cell accesses. Other modules use these too, except
+//! for a few counters no protocol depends on, which say so.
 
+#[cfg(not(loom))]
+pub use core::cell::Cell;
+#[cfg(not(loom))]
 pub use core::sync::atomic::{
-    AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+#[cfg(loom)]
+pub use loom::cell::Cell;
+#[cfg(loom)]
+pub use loom::sync::atomic::{
+    fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 
 use core::cell::UnsafeCell;
@@ -21,7 +34,16 @@ pub struct Lock {
 }
 
 impl Lock {
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
+        Lock {
+            state: AtomicU32::new(UNLOCKED),
+        }
+    }
+
+    /// Loom's atomics are not made in const context.
+    #[cfg(loom)]
+    pub fn new() -> Self {
         Lock {
             state: AtomicU32::new(UNLOCKED),
         }
@@ -40,6 +62,20 @@ impl Lock {
         }
     }
 
+    /// Under the model checker: spin, yielding to the other threads.
+    #[cfg(loom)]
+    fn lock_contended(&self) {
+        // Acquire: as in `lock`.
+        while self
+            .state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            loom::thread::yield_now();
+        }
+    }
+
+    #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {
@@ -68,6 +104,7 @@ impl Lock {
     pub fn unlock(&self) {
         // Release: publishes the critical section; pairs with `lock`'s Acquire.
         if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            #[cfg(not(loom))]
             futex(&self.state, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
         }
     }
@@ -109,6 +146,7 @@ impl Drop for Guard<'_> {
     }
 }
 
+#[cfg(not(loom))]
 fn futex(word: &AtomicU32, op: i32, val: u32) {
     let _keep = crate::os::ErrnoGuard::save();
     // SAFETY: `word` is a live, aligned u32; FUTEX_WAIT/WAKE read it only.
@@ -132,7 +170,7 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
 /// where stores are seen in program order; it binds the compiler there.
 #[inline(always)]
 pub fn store_order_fence() {
-    core::sync::atomic::fence(Ordering::Release);
+    fence(Ordering::Release);
 }
 
 /// Data protected by a `Lock`, usable in a `static`.
@@ -145,6 +183,7 @@ pub struct Locked<T> {
 unsafe impl<T: Send> Sync for Locked<T> {}
 
 impl<T> Locked<T> {
+    #[cfg(not(loom))]
     pub const fn new(v: T) -> Self {
         Locked {
             lock: Lock::new(),
