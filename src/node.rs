@@ -1,8 +1,9 @@
 //! The node partial list of each size class: slabs nobody owns that have free
-//! objects, under one lock, with counters kept exact as slabs enter and leave
-//! (seed 000: statistics never walk this list).
+//! objects, under one lock, with counters kept exact as slabs enter and leave,
+//! so that statistics never walk the list (Linux's `count_partial()` did,
+//! and stalled machines with a million partial slabs).
 //!
-//! Placement (seed 001): nearly empty slabs go to the head, where the next
+//! Placement (SLUB's `add_partial` policy): nearly empty slabs go to the head, where the next
 //! refill takes them while they are cache-hot; fuller slabs, and slabs that
 //! became partial through a remote free (cache-cold), go to the tail.
 

@@ -1,5 +1,8 @@
-//! The only module that talks to the kernel: mappings, purging, time, randomness,
-//! writing to a file descriptor, and the one way slubmalloc dies.
+//! The kernel, for the allocator: mappings, purging, time, randomness,
+//! writing to a file descriptor, and the one way slubmalloc dies. Other
+//! system calls stay with the code they serve: the futex in `sync`, the
+//! pthread key and `sched_yield` in `init`, `pthread_atfork` in `fork`, the
+//! signal handler and the report files in `report`.
 //!
 //! Nothing here allocates. Every function keeps the caller's `errno` unless it
 //! says otherwise, so `free` can promise to leave `errno` alone.
@@ -216,4 +219,35 @@ pub fn fatal(what: &str, addr: usize) -> ! {
 pub fn pid() -> u32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() as u32 }
+}
+
+/// Resident bytes of the process from /proc/self/statm, read without allocating.
+pub fn resident_bytes() -> u64 {
+    let _keep = ErrnoGuard::save();
+    // SAFETY: a NUL-terminated literal path; the fd is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/statm".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return 0;
+    }
+    let mut buf = [0u8; 128];
+    // SAFETY: reads at most buf.len() bytes into `buf`.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: `fd` is ours.
+    unsafe { libc::close(fd) };
+    if n <= 0 {
+        return 0;
+    }
+    // statm: "size resident shared ..." in pages.
+    let fields = buf[..n as usize].split(|&b| b == b' ');
+    let resident = fields.clone().nth(1).unwrap_or(b"0");
+    let pages = resident
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64);
+    pages * PAGE_BYTES as u64
 }

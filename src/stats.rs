@@ -28,7 +28,7 @@ pub struct CacheStats {
     pub partial_slabs: u64,
     pub thread_partial_slabs: u64,
     pub node_partial_slabs: u64,
-    /// Free objects on the node partial list (seed 000's counter).
+    /// Free objects on the node partial list, kept as slabs enter and leave it.
     pub partial_free_objects: u64,
     pub alloc_fast: u64,
     pub alloc_slow: u64,
@@ -130,7 +130,7 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         bytes_in_use: bytes_in_use + large_bytes,
         bytes_mapped: segments * crate::segment::SEGMENT_BYTES as u64
             + g.large_mapped.load(Ordering::Relaxed),
-        resident_bytes: resident_bytes(),
+        resident_bytes: crate::os::resident_bytes(),
         segments,
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
@@ -288,35 +288,4 @@ impl fmt::Display for Stats {
             t.threads_exited
         )
     }
-}
-
-/// Resident bytes of the process from /proc/self/statm, read without allocating.
-pub fn resident_bytes() -> u64 {
-    let _keep = crate::os::ErrnoGuard::save();
-    // SAFETY: a NUL-terminated literal path; the fd is closed below.
-    let fd = unsafe {
-        libc::open(
-            c"/proc/self/statm".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return 0;
-    }
-    let mut buf = [0u8; 128];
-    // SAFETY: reads at most buf.len() bytes into `buf`.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    // SAFETY: `fd` is ours.
-    unsafe { libc::close(fd) };
-    if n <= 0 {
-        return 0;
-    }
-    // statm: "size resident shared ..." in pages.
-    let fields = buf[..n as usize].split(|&b| b == b' ');
-    let resident = fields.clone().nth(1).unwrap_or(b"0");
-    let pages = resident
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64);
-    pages * crate::os::PAGE_BYTES as u64
 }
