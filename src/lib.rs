@@ -39,6 +39,7 @@
 //! 8. `ffi`, and this file.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 mod alloc;
 mod counters;

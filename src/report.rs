@@ -16,7 +16,7 @@ static STDERR_COPY: AtomicI32 = AtomicI32::new(2);
 /// report signal handler if one was asked for.
 pub fn install() {
     let o = options::get();
-    if (o.stats != StatsMode::Off || o.stats_signal != 0) && o.stats_file_len == 0 {
+    if (o.stats != StatsMode::Off || o.stats_signal != 0) && o.stats_file.is_empty() {
         // SAFETY: F_DUPFD_CLOEXEC on fd 2 has no memory-safety preconditions.
         let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) };
         if fd >= 0 {
@@ -59,10 +59,10 @@ static AT_EXIT: extern "C" fn() = at_exit;
 pub fn write_report(mode: StatsMode, stderr_fd: i32) {
     let _whole = crate::os::NoCancel::new();
     let o = options::get();
-    let fd = if o.stats_file_len == 0 {
+    let fd = if o.stats_file.is_empty() {
         stderr_fd
     } else {
-        open_report_file(&o.stats_file[..o.stats_file_len])
+        open_report_file(o.stats_file.as_bytes())
     };
     if fd < 0 {
         return;

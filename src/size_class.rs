@@ -18,6 +18,7 @@ pub fn segment_of(p: usize) -> usize {
     p & !(SEGMENT_BYTES - 1)
 }
 
+/// Size classes served from slabs.
 pub const NUM_CLASSES: usize = 61;
 /// The largest size served from a slab; bigger requests are large blocks.
 pub const MAX_SMALL_BYTES: usize = 32 * 1024;

@@ -14,35 +14,81 @@ use crate::node::NODES;
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES};
 use crate::sync::Ordering;
 
-/// One size class, as `/proc/slabinfo` and SLUB_STATS would show it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    pub object_size: u64,
-    pub objects_per_slab: u64,
+/// Declares a statistics struct from one row per field: its documentation,
+/// its name (the JSON key), and how the text report shows it. Makes the
+/// struct, `FIELDS` (the names in order), `values()` and the text spec.
+macro_rules! stat_fields {
+    (
+        $(#[doc = $sdoc:literal])*
+        $name:ident, $shown:ident: $spec:ty;
+        $( $(#[doc = $doc:literal])* $field:ident: $how:expr; )*
+    ) => {
+        $(#[doc = $sdoc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: u64, )*
+        }
+
+        impl $name {
+            /// Every field's name, in order: the keys of the JSON report.
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+            /// How the text report shows each field, in order.
+            const $shown: &'static [$spec] = &[$($how),*];
+
+            /// Every field's value, in the order of `FIELDS`.
+            pub fn values(&self) -> impl Iterator<Item = u64> {
+                [$(self.$field),*].into_iter()
+            }
+        }
+    };
+}
+
+stat_fields! {
+    /// One size class, as `/proc/slabinfo` and SLUB_STATS would show it. In
+    /// the text report a field is a column (header, width) or not shown.
+    CacheStats, COLUMNS: Option<(&'static str, usize)>;
+    /// Bytes per object.
+    object_size: Some(("size", 6));
+    /// Objects one slab of the class holds.
+    objects_per_slab: None;
     /// Blocks handed out and not yet freed.
-    pub objects_in_use: u64,
+    objects_in_use: Some(("in_use", 10));
     /// Object slots in all slabs of the class.
-    pub objects_total: u64,
-    pub slabs: u64,
+    objects_total: Some(("total", 10));
+    /// Slabs the class holds.
+    slabs: Some(("slabs", 6));
     /// Thread partial slabs plus node partial slabs.
-    pub partial_slabs: u64,
-    pub thread_partial_slabs: u64,
-    pub node_partial_slabs: u64,
+    partial_slabs: None;
+    /// Slabs on threads' partial lists.
+    thread_partial_slabs: Some(("tpart", 5));
+    /// Slabs on the node partial list.
+    node_partial_slabs: Some(("npart", 5));
     /// Free objects on the node partial list, kept as slabs enter and leave it.
-    pub partial_free_objects: u64,
-    pub alloc_fast: u64,
-    pub alloc_slow: u64,
-    pub free_fast: u64,
-    pub free_slow: u64,
-    pub free_remote: u64,
+    partial_free_objects: Some(("partfree", 8));
+    /// Allocations served by the fast path.
+    alloc_fast: Some(("alloc_fast", 11));
+    /// Allocations that took the slow path.
+    alloc_slow: Some(("alloc_slow", 10));
+    /// Frees by the slab's owner on the fast path.
+    free_fast: Some(("free_fast", 11));
+    /// Frees through the slow path (claims of full slabs, frees into listed ones).
+    free_slow: Some(("free_slow", 9));
+    /// Frees pushed onto another thread's slab.
+    free_remote: Some(("free_rmt", 9));
     /// Refills of the fast path from the active slab's own free lists.
-    pub refill_own: u64,
-    pub refill_partial: u64,
-    pub refill_node: u64,
-    pub slabs_allocated: u64,
-    pub slabs_freed: u64,
-    pub node_head: u64,
-    pub node_tail: u64,
+    refill_own: Some(("rf_own", 8));
+    /// Refills from the thread's partial list.
+    refill_partial: Some(("rf_part", 8));
+    /// Refills from the node partial list.
+    refill_node: Some(("rf_node", 8));
+    /// Slabs taken from segments.
+    slabs_allocated: Some(("slab+", 7));
+    /// Slabs given back to segments.
+    slabs_freed: Some(("slab-", 7));
+    /// Slabs the node placement policy put at the list's head.
+    node_head: Some(("head", 7));
+    /// Slabs it put at the tail.
+    node_tail: Some(("tail", 7));
 }
 
 impl CacheStats {
@@ -52,29 +98,38 @@ impl CacheStats {
     }
 }
 
-/// Process-wide totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
+stat_fields! {
+    /// Process-wide totals. In the text report each is "label value unit".
+    Totals, LABELS: (&'static str, &'static str);
     /// Bytes in live blocks, counted at their class or page-rounded size.
-    pub bytes_in_use: u64,
+    bytes_in_use: ("in use", " B");
     /// Bytes mapped from the kernel: segments and large blocks.
-    pub bytes_mapped: u64,
+    bytes_mapped: ("mapped", " B");
     /// Resident set of the whole process, from /proc/self/statm.
-    pub resident_bytes: u64,
-    pub segments: u64,
-    pub large_blocks: u64,
-    pub large_bytes: u64,
-    pub large_cached_bytes: u64,
-    pub mmaps: u64,
-    pub purges: u64,
-    pub threads_alive: u64,
-    pub threads_exited: u64,
+    resident_bytes: ("resident", " B");
+    /// Segments mapped.
+    segments: ("segments", "");
+    /// Large blocks live.
+    large_blocks: ("large blocks", "");
+    /// Bytes of the live large blocks' mappings.
+    large_bytes: ("large bytes", " B");
+    /// Bytes of freed large-block mappings kept for reuse.
+    large_cached_bytes: ("large cached", " B");
+    /// Mappings made.
+    mmaps: ("mmaps", "");
+    /// Ranges given back to the kernel (MADV_DONTNEED).
+    purges: ("purges", "");
+    /// Threads with a heap, alive.
+    threads_alive: ("threads alive", "");
+    /// Threads that had a heap and exited.
+    threads_exited: ("threads exited", "");
 }
 
 /// A snapshot of every counter. Taking one costs O(threads + classes).
 #[derive(Clone, Debug)]
 pub struct Stats {
     caches: [CacheStats; NUM_CLASSES],
+    /// Process-wide totals.
     pub totals: Totals,
 }
 
@@ -154,63 +209,18 @@ impl Stats {
         crate::size_class::class_for(size, 1).map(|c| &self.caches[c])
     }
 
-    /// Writes the snapshot as one JSON document.
+    /// Writes the snapshot as one JSON document: `caches` (the classes in
+    /// use, each with every field of `CacheStats`) and `totals`.
     pub fn write_json(&self, w: &mut impl fmt::Write) -> fmt::Result {
         w.write_str("{\"caches\":[")?;
-        let mut first = true;
-        for c in self.caches.iter().filter(|c| c.in_use()) {
-            if !first {
-                w.write_str(",")?;
-            }
-            first = false;
-            write!(
-                w,
-                "{{\"object_size\":{},\"objects_per_slab\":{},\"objects_in_use\":{},\"objects_total\":{},\
-                 \"slabs\":{},\"partial_slabs\":{},\"thread_partial_slabs\":{},\"node_partial_slabs\":{},\
-                 \"partial_free_objects\":{},\"alloc_fast\":{},\"alloc_slow\":{},\"free_fast\":{},\
-                 \"free_slow\":{},\"free_remote\":{},\"refill_own\":{},\"refill_partial\":{},\"refill_node\":{},\
-                 \"slabs_allocated\":{},\"slabs_freed\":{},\"node_head\":{},\"node_tail\":{}}}",
-                c.object_size,
-                c.objects_per_slab,
-                c.objects_in_use,
-                c.objects_total,
-                c.slabs,
-                c.partial_slabs,
-                c.thread_partial_slabs,
-                c.node_partial_slabs,
-                c.partial_free_objects,
-                c.alloc_fast,
-                c.alloc_slow,
-                c.free_fast,
-                c.free_slow,
-                c.free_remote,
-                c.refill_own,
-                c.refill_partial,
-                c.refill_node,
-                c.slabs_allocated,
-                c.slabs_freed,
-                c.node_head,
-                c.node_tail
-            )?;
+        for (i, c) in self.caches.iter().filter(|c| c.in_use()).enumerate() {
+            w.write_str(if i == 0 { "{" } else { ",{" })?;
+            write_json_fields(w, CacheStats::FIELDS, c.values())?;
+            w.write_str("}")?;
         }
-        let t = &self.totals;
-        write!(
-            w,
-            "],\"totals\":{{\"bytes_in_use\":{},\"bytes_mapped\":{},\"resident_bytes\":{},\"segments\":{},\
-             \"large_blocks\":{},\"large_bytes\":{},\"large_cached_bytes\":{},\"mmaps\":{},\"purges\":{},\
-             \"threads_alive\":{},\"threads_exited\":{}}}}}",
-            t.bytes_in_use,
-            t.bytes_mapped,
-            t.resident_bytes,
-            t.segments,
-            t.large_blocks,
-            t.large_bytes,
-            t.large_cached_bytes,
-            t.mmaps,
-            t.purges,
-            t.threads_alive,
-            t.threads_exited
-        )
+        w.write_str("],\"totals\":{")?;
+        write_json_fields(w, Totals::FIELDS, self.totals.values())?;
+        w.write_str("}}")
     }
 
     /// The snapshot as a JSON string (allocates; for programs, not for the
@@ -223,69 +233,39 @@ impl Stats {
 }
 
 impl fmt::Display for Stats {
-    /// A table in the spirit of /proc/slabinfo, one row per class in use.
+    /// A table in the spirit of /proc/slabinfo, one row per class in use
+    /// (the fields with a column in `CacheStats`), then the totals.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{:>6} {:>10} {:>10} {:>6} {:>5} {:>5} {:>8} {:>11} {:>9} {:>11} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-            "size",
-            "in_use",
-            "total",
-            "slabs",
-            "tpart",
-            "npart",
-            "partfree",
-            "alloc_fast",
-            "alloc_slow",
-            "free_fast",
-            "free_slow",
-            "free_rmt",
-            "refill",
-            "rf_node",
-            "slab+",
-            "slab-",
-            "head",
-            "tail"
-        )?;
-        for c in self.caches.iter().filter(|c| c.in_use()) {
-            writeln!(
-                f,
-                "{:>6} {:>10} {:>10} {:>6} {:>5} {:>5} {:>8} {:>11} {:>9} {:>11} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-                c.object_size,
-                c.objects_in_use,
-                c.objects_total,
-                c.slabs,
-                c.thread_partial_slabs,
-                c.node_partial_slabs,
-                c.partial_free_objects,
-                c.alloc_fast,
-                c.alloc_slow,
-                c.free_fast,
-                c.free_slow,
-                c.free_remote,
-                c.refill_own + c.refill_partial,
-                c.refill_node,
-                c.slabs_allocated,
-                c.slabs_freed,
-                c.node_head,
-                c.node_tail
-            )?;
+        let columns = || CacheStats::COLUMNS.iter().filter_map(|c| *c);
+        for (i, (header, width)) in columns().enumerate() {
+            write!(f, "{}{header:>width$}", if i == 0 { "" } else { " " })?;
         }
-        let t = &self.totals;
-        writeln!(
-            f,
-            "in use {} B, mapped {} B, resident {} B, segments {}, large blocks {} ({} B, {} B cached), mmaps {}, purges {}, threads alive {}, exited {}",
-            t.bytes_in_use,
-            t.bytes_mapped,
-            t.resident_bytes,
-            t.segments,
-            t.large_blocks,
-            t.large_bytes,
-            t.large_cached_bytes,
-            t.mmaps,
-            t.purges,
-            t.threads_alive,
-            t.threads_exited
-        )
+        writeln!(f)?;
+        for c in self.caches.iter().filter(|c| c.in_use()) {
+            let shown = c
+                .values()
+                .zip(CacheStats::COLUMNS)
+                .filter_map(|(v, col)| col.map(|(_, w)| (v, w)));
+            for (i, (value, width)) in shown.enumerate() {
+                write!(f, "{}{value:>width$}", if i == 0 { "" } else { " " })?;
+            }
+            writeln!(f)?;
+        }
+        for (i, (value, (label, unit))) in self.totals.values().zip(Totals::LABELS).enumerate() {
+            write!(f, "{}{label} {value}{unit}", if i == 0 { "" } else { ", " })?;
+        }
+        writeln!(f)
     }
+}
+
+/// `"name":value` pairs, comma-separated.
+fn write_json_fields(
+    w: &mut impl fmt::Write,
+    names: &[&str],
+    values: impl Iterator<Item = u64>,
+) -> fmt::Result {
+    for (i, (name, value)) in names.iter().zip(values).enumerate() {
+        write!(w, "{}\"{name}\":{value}", if i == 0 { "" } else { "," })?;
+    }
+    Ok(())
 }

@@ -13,18 +13,26 @@ use crate::sync::Ordering;
 /// What the walk found for one size class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalkedCache {
+    /// Objects neither free on a list nor uncarved.
     pub objects_in_use: u64,
+    /// Slabs in use in the segments.
     pub slabs: u64,
+    /// Slabs on threads' partial lists.
     pub thread_partial_slabs: u64,
+    /// Slabs on the node list.
     pub node_partial_slabs: u64,
+    /// Free objects (listed and uncarved) on node-listed slabs.
     pub partial_free_objects: u64,
     /// Listed slabs whose `inuse` disagrees with their free list (must be 0).
     pub inuse_mismatches: u64,
 }
 
+/// What the walk found, per class and in all.
 #[derive(Clone, Debug)]
 pub struct Walk {
+    /// One entry per size class, smallest first.
     pub caches: [WalkedCache; NUM_CLASSES],
+    /// Live large blocks in the large-block table.
     pub large_blocks: u64,
 }
 

@@ -1,4 +1,4 @@
-//! The statistics report chosen by environment variable (issue 4), seen from
+//! The statistics report chosen by environment variable, seen from
 //! outside: a C program under `LD_PRELOAD` and a Rust program with
 //! `#[global_allocator]` (examples/hold_blocks.rs) that hold exactly K live
 //! blocks at exit report exactly K in that class, as text and as JSON, on
@@ -580,45 +580,12 @@ mod json {
     }
 }
 
-/// Fields every `caches[]` entry must have, each an unsigned integer.
-const CACHE_FIELDS: &[&str] = &[
-    "object_size",
-    "objects_per_slab",
-    "objects_in_use",
-    "objects_total",
-    "slabs",
-    "partial_slabs",
-    "thread_partial_slabs",
-    "node_partial_slabs",
-    "partial_free_objects",
-    "alloc_fast",
-    "alloc_slow",
-    "free_fast",
-    "free_slow",
-    "free_remote",
-    "refill_own",
-    "refill_partial",
-    "refill_node",
-    "slabs_allocated",
-    "slabs_freed",
-    "node_head",
-    "node_tail",
-];
+/// Fields every `caches[]` entry must have, each an unsigned integer: the
+/// crate's list, so that a field added to `CacheStats` is checked here too.
+const CACHE_FIELDS: &[&str] = slubmalloc::CacheStats::FIELDS;
 
 /// Fields the `totals` object must have, each an unsigned integer.
-const TOTALS_FIELDS: &[&str] = &[
-    "bytes_in_use",
-    "bytes_mapped",
-    "resident_bytes",
-    "segments",
-    "large_blocks",
-    "large_bytes",
-    "large_cached_bytes",
-    "mmaps",
-    "purges",
-    "threads_alive",
-    "threads_exited",
-];
+const TOTALS_FIELDS: &[&str] = slubmalloc::Totals::FIELDS;
 
 /// The report, parsed and checked: `{"caches": [...], "totals": {...}}`,
 /// every field present and an exact unsigned integer, the classes real
