@@ -233,8 +233,8 @@ fn owner_tag(heap: *const Heap) -> *mut Heap {
 // Fast paths
 
 /// The hardening checks of the fast paths (link in slab, object start, double
-/// free). Only the `bench-no-checks` feature turns them off, to measure them.
-const CHECKS: bool = !cfg!(feature = "bench-no-checks");
+/// free). Only `--cfg slubmalloc_bench_no_checks` turns them off, to measure them.
+const CHECKS: bool = !cfg!(slubmalloc_bench_no_checks);
 
 /// Allocates one object of `class` for a request of `size` bytes at `align`
 /// (used only by the debug slow path). Fast path: a TLS load, a pop from

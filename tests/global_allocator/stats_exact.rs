@@ -4,11 +4,6 @@
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 
-#[global_allocator]
-static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// Compares a walk with the counters at a quiet moment: the test harness's
 /// own thread may allocate while it reports the previous test, so take a
 /// walk during which the counters did not move.
@@ -57,7 +52,9 @@ fn assert_walk_agrees() {
 
 #[test]
 fn stats_agree_with_a_full_walk_after_a_concurrent_workload() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     const THREADS: usize = 4;
     type Mailboxes = Arc<Vec<Mutex<Vec<Box<[u8]>>>>>;
     let shared: Mailboxes = Arc::new((0..THREADS).map(|_| Mutex::new(Vec::new())).collect());
@@ -126,7 +123,9 @@ fn stats_agree_with_a_full_walk_after_a_concurrent_workload() {
 
 #[test]
 fn objects_in_use_counts_exactly_the_live_blocks() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     // 20 KiB is a class nothing else in this test binary uses.
     let size = 20_000;
     let in_use = || {
@@ -152,7 +151,9 @@ fn objects_in_use_counts_exactly_the_live_blocks() {
 
 #[test]
 fn node_placement_decisions_are_counted() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let size = 3000; // 3072-byte class: 21 objects per slab
     let cache = || *slubmalloc::stats().cache_for_size(size).unwrap();
     // Fill 40 slabs on a thread that then exits, and free one block of each
