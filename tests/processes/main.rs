@@ -8,6 +8,7 @@
 
 mod common;
 
+mod demo;
 mod freelist_order;
 mod misuse;
 mod out_of_memory;
