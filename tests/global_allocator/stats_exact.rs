@@ -204,3 +204,39 @@ fn node_placement_decisions_are_counted() {
     );
     assert_walk_agrees();
 }
+
+#[test]
+fn one_line_summary_uses_jemalloc_names_and_agrees_with_the_totals() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    // 3000 blocks of 1000 B (the 1024 B class) and one 1 MiB large block.
+    let small: Vec<Box<[u8]>> = (0..3000).map(|_| vec![1u8; 1000].into()).collect();
+    let large = vec![2u8; 1 << 20];
+    let s = slubmalloc::stats();
+    let sum = s.summary();
+    let slab_bytes: u64 = s.caches().map(|c| c.slabs * 65536).sum();
+    assert_eq!(sum.allocated, s.totals.bytes_in_use);
+    assert_eq!(sum.active, slab_bytes + s.totals.large_bytes);
+    assert_eq!(sum.mapped, s.totals.bytes_mapped);
+    assert_eq!(sum.rss, s.totals.resident_bytes);
+    let class_1024 = s.cache_for_size(1000).unwrap();
+    assert!(sum.allocated >= class_1024.objects_in_use * 1024 + (1 << 20));
+    assert!(class_1024.objects_in_use >= 3000);
+    assert!(sum.active >= sum.allocated && sum.active % 4096 == 0);
+    assert!(sum.mapped >= sum.active && sum.rss > 0);
+    let line = format!("{s:#}");
+    assert_eq!(
+        line,
+        format!(
+            "allocated={} active={} mapped={} rss={}",
+            sum.allocated, sum.active, sum.mapped, sum.rss
+        )
+    );
+    assert_eq!(line, sum.to_string());
+    // The plain form is still the table, which ends with the totals line.
+    assert!(format!("{s}").lines().count() > 2);
+    drop((small, large));
+    let after = slubmalloc::stats().summary();
+    assert!(after.allocated + 3000 * 1024 + (1 << 20) <= sum.allocated + 64 * 1024);
+}
