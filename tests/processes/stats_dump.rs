@@ -6,7 +6,7 @@
 //! a bad variable gets one warning; a running multithreaded program reports
 //! on a signal; and under the preload the counters agree with a full walk.
 //!
-//! Run: `cargo test --release --test stats_dump`.
+//! Run: `cargo test --release --test processes stats_dump`.
 
 use crate::common;
 
