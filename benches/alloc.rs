@@ -13,7 +13,7 @@
 //! - `remote_free/SIZE`: one thread allocates and hands batches of 256 blocks
 //!   to a second thread that frees them (every free is a cross-thread free).
 //!
-//! Run: `cargo bench --bench alloc -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p slubmalloc-benches --bench alloc -- --warm-up-time 1 --measurement-time 3`
 //! (a criterion filter such as `pair/` selects groups).
 
 use std::alloc::{GlobalAlloc, Layout, System};

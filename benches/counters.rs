@@ -2,12 +2,12 @@
 //! shared counter cost hackbench 13%, a per-CPU one nothing).
 //!
 //! The same two loads, built twice: with the per-thread event counters (the
-//! default) and with them compiled out (`--features bench-no-counters`):
+//! default) and with them compiled out (`RUSTFLAGS="--cfg slubmalloc_bench_no_counters"`):
 //! - `pairs`: one thread, alloc + free pairs over four small sizes;
 //! - `prodcons`: one thread allocates 64 B blocks and hands them in batches
 //!   to a second thread that frees them (remote frees, the slow paths).
 //!
-//! A feature cannot change inside one binary, so the comparison in one run
+//! A cfg cannot change inside one binary, so the comparison in one run
 //! is `ci/counters_cost.sh`: it builds this bench into two target dirs and
 //! runs the two binaries interleaved in raw mode (`counters --raw LOAD N`,
 //! which prints one timing line instead of running criterion), then counts
@@ -24,7 +24,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 
 static SLUB: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
 
-const BUILD: &str = if cfg!(feature = "bench-no-counters") {
+const BUILD: &str = if cfg!(slubmalloc_bench_no_counters) {
     "counters_off"
 } else {
     "counters_on"

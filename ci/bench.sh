@@ -71,7 +71,7 @@ mkdir -p "$BUILD" "$OUT/raw"
 rm -f "$OUT"/raw/*
 
 echo "ci/bench.sh: building slubmalloc (--release --features override)" >&2
-# target/preload is where the tests build the same library (tests/common).
+# target/preload is where the tests build the same library (tests/processes/common.rs).
 if ! cargo build --release --features override --lib --target-dir target/preload; then
   echo "ci/bench.sh: building slubmalloc failed" >&2
   exit 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the default-mode hardening checks cost (issue 7): the preload library
-# built with them (target/checks-on) and without (`--features
-# bench-no-checks`, target/checks-off), running benches/c/fastpath.c (four
+# built with them (target/checks-on) and without (`--cfg
+# slubmalloc_bench_no_checks` in RUSTFLAGS, target/checks-off), running benches/c/fastpath.c (four
 # malloc/free loops: fixed size, random sizes, LIFO and FIFO batches)
 # interleaved ROUNDS times; prints the median wall time of each and the
 # ratio, then instructions per malloc+free pair under callgrind (difference
@@ -16,9 +16,9 @@ ROUNDS=${1:-9}
 N=${2:-2000000}
 
 for v in on off; do
-  feat=override
-  [ "$v" = off ] && feat=override,bench-no-checks
-  cargo build --release --quiet --lib --features "$feat" --target-dir "target/checks-$v"
+  cfg=
+  [ "$v" = off ] && cfg="--cfg slubmalloc_bench_no_checks"
+  RUSTFLAGS="${RUSTFLAGS:-} $cfg" cargo build --release --quiet --lib --features override --target-dir "target/checks-$v"
 done
 exe=target/checks-on/fastpath
 cc -O2 -o "$exe" benches/c/fastpath.c

@@ -2,7 +2,9 @@
 # Compares builds of slubmalloc (and peers) on one command, interleaved: the
 # A/B measurement behind a change. Each SPEC is
 #   REV            the LD_PRELOAD library built at git revision REV
-#   REV+FEATURE    the same with one more cargo feature (e.g. HEAD+bench-no-checks)
+#   REV+FEATURE    the same with one more cargo feature, or, for a name that
+#                  starts with slubmalloc_, a --cfg in RUSTFLAGS (the measurement
+#                  switches, e.g. HEAD+slubmalloc_bench_no_checks)
 #   glibc | jemalloc | mimalloc | tcmalloc   nothing preloaded, or Debian's peer
 # Libraries are built once per spec in target/compare/ (a git worktree each).
 # Every round runs the command under each spec in turn, rotating which goes
@@ -52,15 +54,21 @@ for spec in "${SPECS[@]}"; do
     *)
       rev=${spec%%+*}
       feat=override
-      [ "$rev" != "$spec" ] && feat=override,${spec#*+}
+      cfg=
+      if [ "$rev" != "$spec" ]; then
+        case "${spec#*+}" in
+          slubmalloc_*) cfg="--cfg ${spec#*+}" ;;
+          *) feat=override,${spec#*+} ;;
+        esac
+      fi
       sha=$(git rev-parse --short "$rev^{commit}")
-      name=$sha-${feat//,/-}
+      name=$sha-${feat//,/-}${cfg:+-${spec#*+}}
       tree=target/compare/src-$sha
       if [ ! -d "$tree" ]; then
         git worktree add --detach --force "$tree" "$sha" >/dev/null 2>&1
       fi
-      echo "compare_builds.sh: building $spec ($sha, features $feat)" >&2
-      cargo build --quiet --release --lib --features "$feat" \
+      echo "compare_builds.sh: building $spec ($sha, features $feat${cfg:+, $cfg})" >&2
+      RUSTFLAGS="${RUSTFLAGS:-} $cfg" cargo build --quiet --release --lib --features "$feat" \
         --manifest-path "$tree/Cargo.toml" --target-dir "target/compare/build-$name"
       LIB[$spec]=$ROOT/target/compare/build-$name/release/libslubmalloc.so
       ;;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the per-thread statistics counters cost, in one run (issue 4): builds
 # benches/counters.rs twice, with the counters (target/counters-on) and with
-# them compiled out by `--features bench-no-counters` (target/counters-off),
+# them compiled out by `--cfg slubmalloc_bench_no_counters` in RUSTFLAGS
+# (target/counters-off),
 # runs both binaries interleaved in raw mode (on off off on ...), prints the
 # median time per operation of each and the ratio, then the instructions per
 # alloc + free pair of each under callgrind (difference of N and 2N runs).
@@ -26,9 +27,9 @@ done
 
 # The bench executable of one build, found from cargo's own report.
 build() {
-  local dir=$1
-  shift
-  cargo bench --bench counters --no-run --target-dir "$dir" --message-format=json "$@" 2>/dev/null |
+  local dir=$1 cfg=${2:-}
+  RUSTFLAGS="${RUSTFLAGS:-} $cfg" cargo bench -p slubmalloc-benches --bench counters --no-run \
+    --target-dir "$dir" --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -43,7 +44,7 @@ for line in sys.stdin:
 
 echo "counters_cost.sh: building both variants" >&2
 ON=$(build target/counters-on)
-OFF=$(build target/counters-off --features bench-no-counters)
+OFF=$(build target/counters-off "--cfg slubmalloc_bench_no_counters")
 [ -x "$ON" ] && [ -x "$OFF" ] || { echo "counters_cost.sh: build failed" >&2; exit 1; }
 
 results=$(mktemp)

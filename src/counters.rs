@@ -40,7 +40,7 @@ impl Counters {
     /// `add` to memory, with no lock prefix.
     #[inline(always)]
     pub fn add(&self, ev: Ev, n: u64) {
-        if cfg!(feature = "bench-no-counters") && !matches!(ev, Ev::ThreadPartial) {
+        if cfg!(slubmalloc_bench_no_counters) && !matches!(ev, Ev::ThreadPartial) {
             return;
         }
         let c = &self.0[ev as usize];

@@ -10,8 +10,8 @@ use crate::os;
 use crate::size_class::SLAB_BYTES;
 
 /// The hardening checks of the fast paths (link in slab, object start, double
-/// free). Only the `bench-no-checks` feature turns them off, to measure them.
-pub const CHECKS: bool = !cfg!(feature = "bench-no-checks");
+/// free). Only `--cfg slubmalloc_bench_no_checks` turns them off, to measure them.
+pub const CHECKS: bool = !cfg!(slubmalloc_bench_no_checks);
 
 /// The free-list secret: random per process, written once by `init_secret`
 /// before the first list exists and only read afterwards. A plain cell, not

@@ -1,23 +1,76 @@
 //! slubmalloc: a general-purpose memory allocator built the way the Linux
-//! kernel's SLUB allocator is built, with statistics that are exact and free.
+//! kernel's SLUB allocator is built, with statistics that are exact and free:
+//! every counter is kept as the allocator runs, in per-thread blocks written
+//! without a locked instruction, and reading them costs O(threads), never a
+//! walk of any list.
+//!
+//! # Use it from Rust
 //!
 //! ```no_run
 //! #[global_allocator]
 //! static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
 //!
 //! fn main() {
-//!     let v: Vec<u64> = (0..1000).collect();
+//!     let v: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
 //!     for c in slubmalloc::stats().caches().filter(|c| c.objects_in_use > 0) {
-//!         println!("{} B: {} in use", c.object_size, c.objects_in_use);
+//!         println!("{:>6} B: {} in use in {} slabs", c.object_size, c.objects_in_use, c.slabs);
 //!     }
 //!     drop(v);
 //! }
 //! ```
 //!
-//! Shape: thread heaps (per class an active slab and a short partial list)
-//! -> node partial lists (per class, locked, exact counters) -> segments
-//! (4 MiB aligned mappings of 64 KiB slabs). Blocks above 32 KiB get their
-//! own mappings.
+//! [`stats()`] returns a snapshot: [`Stats::caches`] yields one [`CacheStats`]
+//! per size class, [`Stats::totals`] has bytes in use, mapped and resident,
+//! large blocks, threads. `Stats` implements `Display` (a table, one row per
+//! size class in use) and [`Stats::to_json`]. [`trim()`] gives free memory
+//! back to the kernel at once.
+//!
+//! # A one-line summary
+//!
+//! For a log line or a metrics exporter, [`Stats::summary`] gives the totals
+//! under the names jemalloc-ctl uses where they mean the same thing
+//! (`allocated`, `active`; see [`Summary`] for `mapped` and `rss`), and the
+//! alternate form of `Display` writes them on one line:
+//!
+//! ```
+//! let s = slubmalloc::stats();
+//! let line = format!("{s:#}"); // allocated=N active=N mapped=N rss=N (bytes)
+//! assert!(line.starts_with("allocated=") && !line.contains('\n'));
+//! assert_eq!(s.summary().allocated, s.totals.bytes_in_use);
+//! ```
+//!
+//! # Environment variables
+//!
+//! A program that uses the crate as its global allocator reads the same
+//! variables as the preload library, once, from `environ`, without
+//! allocating (the table is [`ENVIRONMENT_VARIABLES`]). `SLUBMALLOC_STATS=1`
+//! (or `json`) prints the report when the program exits normally (a Rust
+//! `main` that returns or `std::process::exit`; not an abort);
+//! `SLUBMALLOC_STATS_SIGNAL=USR2` writes one on a signal;
+//! `SLUBMALLOC_DEBUG=1` turns on red zones and poisoning for small blocks.
+//! Debug mode sees what reaches memory by the time the allocator looks: a
+//! red zone (from the end of the request to the end of the slot) overwritten
+//! when the block is freed, a freed block written before it is handed out
+//! again. It cannot see a store the compiler removed (an out-of-bounds
+//! write is undefined behaviour, and the optimiser may drop it), a read out
+//! of bounds, an overflow of a block that is never freed, a store that skips
+//! the red zone into another live block, or any overflow of a large block
+//! (more than 32 KiB with the red zone: no red zone).
+//!
+//! # Any program, by LD_PRELOAD
+//!
+//! The repository's `preload` package builds `libslubmalloc.so`, which
+//! exports the C malloc family (the `override` feature): `cargo build
+//! --release --features override` in a clone, then
+//! `LD_PRELOAD=target/release/libslubmalloc.so SLUBMALLOC_STATS=1 program`.
+//! A crate that depends on slubmalloc builds no shared library.
+//!
+//! # Shape
+//!
+//! Thread heaps (per class an active slab and a short partial list) -> node
+//! partial lists (per class, locked, exact counters) -> segments (4 MiB
+//! aligned mappings of 64 KiB slabs). Blocks above 32 KiB get their own
+//! mappings.
 //!
 //! Modules in layers, lowest first. A module uses only modules of its own
 //! layer or lower ones, and no import cycle spans more than three modules
@@ -72,7 +125,7 @@ use core::alloc::{GlobalAlloc, Layout};
 
 pub use options::TABLE as ENVIRONMENT_VARIABLES;
 pub use size_class::{MAX_SMALL_BYTES, NUM_CLASSES};
-pub use stats::{stats, CacheStats, Stats, Totals};
+pub use stats::{stats, CacheStats, Stats, Summary, Totals};
 pub use walk::{check_stats, walk, Walk, WalkedCache};
 
 /// The allocator. Use it as `#[global_allocator]`.

@@ -198,7 +198,62 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
     Stats { caches, totals }
 }
 
+/// The process-wide totals in one line, under the names jemalloc-ctl
+/// (`tikv-jemalloc-ctl`'s `stats` module) gives them where they mean the
+/// same thing, so a service can export them as it exports jemalloc's.
+///
+/// `Display` writes `allocated=N active=N mapped=N rss=N` (bytes, one line,
+/// logfmt); `format!("{stats:#}")` on a [`Stats`] writes the same line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// jemalloc's `stats.allocated`: bytes in live blocks, counted at their
+    /// size class (large blocks page-rounded). [`Totals::bytes_in_use`].
+    pub allocated: u64,
+    /// jemalloc's `stats.active`: bytes of the pages that hold live blocks,
+    /// a multiple of the page size and at least `allocated`: every slab that
+    /// belongs to a size class (64 KiB each, free slots included) plus the
+    /// live large blocks.
+    pub active: u64,
+    /// Bytes the allocator has mapped from the kernel now: its segments
+    /// (free and purged slabs included) and its large-block mappings (the
+    /// reuse cache included). jemalloc's `stats.mapped` leaves out extents
+    /// with no live block, so this is the larger of the two for the same heap;
+    /// slubmalloc keeps no `retained` (mapped but unused) address space
+    /// apart from it: what it purges and keeps mapped is counted here.
+    /// [`Totals::bytes_mapped`].
+    pub mapped: u64,
+    /// The resident set of the whole process (`/proc/self/statm`), not
+    /// jemalloc's `stats.resident` (the allocator's own resident pages),
+    /// hence the other name. [`Totals::resident_bytes`].
+    pub rss: u64,
+}
+
+impl fmt::Display for Summary {
+    /// `allocated=N active=N mapped=N rss=N`, in bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "allocated={} active={} mapped={} rss={}",
+            self.allocated, self.active, self.mapped, self.rss
+        )
+    }
+}
+
 impl Stats {
+    /// The totals in one line under jemalloc-ctl's names ([`Summary`]).
+    pub fn summary(&self) -> Summary {
+        let slab_bytes: u64 = self
+            .caches()
+            .map(|c| c.slabs * crate::segment::SLAB_BYTES as u64)
+            .sum();
+        Summary {
+            allocated: self.totals.bytes_in_use,
+            active: slab_bytes + self.totals.large_bytes,
+            mapped: self.totals.bytes_mapped,
+            rss: self.totals.resident_bytes,
+        }
+    }
+
     /// One entry per size class, smallest first.
     pub fn caches(&self) -> impl Iterator<Item = &CacheStats> {
         self.caches.iter()
@@ -234,8 +289,12 @@ impl Stats {
 
 impl fmt::Display for Stats {
     /// A table in the spirit of /proc/slabinfo, one row per class in use
-    /// (the fields with a column in `CacheStats`), then the totals.
+    /// (the fields with a column in `CacheStats`), then the totals; the
+    /// alternate form (`{:#}`) is the one-line [`Summary`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return fmt::Display::fmt(&self.summary(), f);
+        }
         let columns = || CacheStats::COLUMNS.iter().filter_map(|c| *c);
         for (i, (header, width)) in columns().enumerate() {
             write!(f, "{}{header:>width$}", if i == 0 { "" } else { " " })?;

@@ -1,6 +1,6 @@
 //! The verification walk: recounts, by visiting every heap, node list and
 //! slab, what the statistics keep incrementally. It exists to prove the
-//! counters exact (`tests/stats_exact.rs`); it is O(slabs) and takes locks.
+//! counters exact (`tests/global_allocator/stats_exact.rs`); it is O(slabs) and takes locks.
 //! Other threads must not allocate or free while it runs.
 
 use crate::freelist;

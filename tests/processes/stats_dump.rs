@@ -6,9 +6,9 @@
 //! a bad variable gets one warning; a running multithreaded program reports
 //! on a signal; and under the preload the counters agree with a full walk.
 //!
-//! Run: `cargo test --release --test stats_dump`.
+//! Run: `cargo test --release --test processes stats_dump`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -137,70 +137,24 @@ fn run_c_hold(k: usize, size: usize, quiet: bool, env: &[(&str, &str)]) -> Ran {
 }
 
 /// `examples/hold_blocks.rs`, built once against the plain library (no
-/// `override` feature: slubmalloc only as the global allocator).
-///
-/// It is compiled with rustc against an rlib that cargo builds under
-/// target/preload (clear of the lock of the `cargo test` running us, and of
-/// the preload library there): `cargo build --example` would first build
-/// every dev-dependency (the benchmark peers), minutes on a small machine.
+/// `override` feature: slubmalloc only as the global allocator), in
+/// target/preload beside the preload library (clear of the lock of the
+/// `cargo test` running us).
 fn rust_hold() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
         let root = common::root();
-        let dir = root.join("target").join("preload").join("example");
+        let dir = root.join("target").join("preload");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(&cargo)
-            .args(["build", "--release", "--lib", "--target-dir"])
+            .args(["build", "--release", "-p", "slubmalloc"])
+            .args(["--example", "hold_blocks", "--target-dir"])
             .arg(&dir)
             .current_dir(&root)
             .status()
-            .expect("run cargo build for the library");
-        assert!(status.success(), "building the library failed");
-        // The rustc of the toolchain that runs cargo.
-        let rustc = std::env::var_os("RUSTC")
-            .map(PathBuf::from)
-            .or_else(|| {
-                let sibling = Path::new(&cargo).with_file_name("rustc");
-                sibling.is_file().then_some(sibling)
-            })
-            .unwrap_or_else(|| PathBuf::from("rustc"));
-        let release = dir.join("release");
-        let exe = dir.join("hold_blocks");
-        let out = Command::new(rustc)
-            .args([
-                "--edition",
-                "2021",
-                "--crate-type",
-                "bin",
-                "--crate-name",
-                "hold_blocks",
-            ])
-            .args([
-                "-C",
-                "opt-level=3",
-                "-C",
-                "panic=abort",
-                "-C",
-                "debuginfo=1",
-            ])
-            .arg(root.join("examples").join("hold_blocks.rs"))
-            .arg("--extern")
-            .arg(format!(
-                "slubmalloc={}",
-                release.join("libslubmalloc.rlib").display()
-            ))
-            .arg("-L")
-            .arg(format!("dependency={}", release.join("deps").display()))
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .expect("run rustc");
-        assert!(
-            out.status.success(),
-            "rustc hold_blocks: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        exe
+            .expect("run cargo build for examples/hold_blocks.rs");
+        assert!(status.success(), "building examples/hold_blocks.rs failed");
+        dir.join("release").join("examples").join("hold_blocks")
     })
     .clone()
 }

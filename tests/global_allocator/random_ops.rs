@@ -13,17 +13,14 @@
 //! The seed is printed; set SLUBMALLOC_TEST_SEED to replay one. (Thread
 //! interleavings are not replayed, only each thread's choices.)
 //!
-//! This file holds a single test on purpose: the statistics are process-wide,
-//! so no other test may allocate while it counts.
+//! It runs alone in a fresh process (`crate::fresh_process`): the statistics
+//! are process-wide, so no other test may allocate while it counts.
 
 use std::alloc::{alloc, alloc_zeroed, dealloc, realloc, Layout};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 
-use slubmalloc::{SlubMalloc, MAX_SMALL_BYTES, NUM_CLASSES};
-
-#[global_allocator]
-static GLOBAL: SlubMalloc = SlubMalloc;
+use slubmalloc::{MAX_SMALL_BYTES, NUM_CLASSES};
 
 const THREADS: usize = 4;
 const OPS_PER_THREAD: usize = 80_000;
@@ -496,6 +493,9 @@ fn wait_for_the_harness_to_block() {
 
 #[test]
 fn random_ops_across_threads_keep_contents_and_exact_stats() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let seed = match std::env::var("SLUBMALLOC_TEST_SEED") {
         Ok(s) => s
             .trim()

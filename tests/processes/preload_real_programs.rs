@@ -6,7 +6,7 @@
 //!
 //! Each test works in `target/preload/tmp-<test>/{plain,preloaded}`.
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

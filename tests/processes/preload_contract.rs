@@ -7,7 +7,7 @@
 //! not slubmalloc's). A few checks are about slubmalloc only (its size
 //! classes, its statistics table, its abort messages) and run preloaded only.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;

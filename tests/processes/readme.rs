@@ -29,3 +29,23 @@ fn readme_documents_no_variable_the_allocator_does_not_read() {
         );
     }
 }
+
+#[test]
+fn readme_usage_example_is_the_one_in_the_crate_docs() {
+    let readme = readme();
+    let start = readme
+        .find("```rust\n")
+        .expect("README has a ```rust block")
+        + 8;
+    let block = &readme[start..start + readme[start..].find("```").unwrap()];
+    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
+    let docs: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| format!("{}\n", l.strip_prefix(' ').unwrap_or(l)))
+        .collect();
+    assert!(
+        docs.contains(block),
+        "src/lib.rs's crate docs (docs.rs) lack the README's usage example:\n{block}"
+    );
+}

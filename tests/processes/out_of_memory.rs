@@ -2,7 +2,7 @@
 //! with errno ENOMEM, the allocator stays consistent, and allocation works
 //! again after frees.
 
-mod common;
+use crate::common;
 
 #[test]
 fn allocation_fails_cleanly_under_rlimit_as_and_recovers() {

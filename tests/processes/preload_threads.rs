@@ -6,7 +6,7 @@
 //! Every program runs with a deadline (`run_with_deadline`): a hang kills the
 //! whole process group and fails the test instead of blocking it.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};

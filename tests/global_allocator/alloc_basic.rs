@@ -3,9 +3,6 @@
 
 use std::alloc::{alloc, alloc_zeroed, dealloc, realloc, GlobalAlloc, Layout};
 
-#[global_allocator]
-static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
-
 fn fill(p: *mut u8, n: usize, seed: u8) {
     for i in 0..n {
         // SAFETY: the caller owns n bytes at p.
@@ -37,6 +34,9 @@ fn sizes() -> Vec<usize> {
 
 #[test]
 fn every_class_and_alignment_up_to_4_mib() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     for shift in 0..=22 {
         let align = 1usize << shift;
         for &size in sizes().iter().filter(|&&s| s <= 3 << 20) {
@@ -66,6 +66,9 @@ fn every_class_and_alignment_up_to_4_mib() {
 
 #[test]
 fn usable_size_covers_the_request_and_equals_the_class() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     for &size in &sizes() {
         let size = size.max(1);
         let layout = Layout::from_size_align(size, 8).unwrap();
@@ -84,6 +87,9 @@ fn usable_size_covers_the_request_and_equals_the_class() {
 
 #[test]
 fn realloc_across_classes_keeps_contents() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let mut size = 1;
     let layout = Layout::from_size_align(size, 8).unwrap();
     // SAFETY: non-zero layout.
@@ -112,6 +118,9 @@ fn realloc_across_classes_keeps_contents() {
 
 #[test]
 fn realloc_in_the_same_class_stays_in_place() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let layout = Layout::from_size_align(100, 8).unwrap();
     // SAFETY: non-zero layout.
     let p = unsafe { alloc(layout) };
@@ -124,6 +133,9 @@ fn realloc_in_the_same_class_stays_in_place() {
 
 #[test]
 fn alloc_zeroed_is_zero_after_reuse() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     for &size in &[8usize, 24, 100, 1000, 5000, 32768, 40000, 300_000, 3 << 20] {
         let layout = Layout::from_size_align(size, 8).unwrap();
         let mut blocks = Vec::new();
@@ -158,6 +170,9 @@ fn alloc_zeroed_is_zero_after_reuse() {
 
 #[test]
 fn impossible_sizes_fail_with_null() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let a = slubmalloc::SlubMalloc;
     let layout = Layout::from_size_align(isize::MAX as usize - 4095, 4096).unwrap();
     // SAFETY: non-zero layout; we only check for null.
@@ -176,6 +191,9 @@ fn impossible_sizes_fail_with_null() {
 
 #[test]
 fn many_blocks_of_every_class_do_not_overlap() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let mut blocks: Vec<(*mut u8, usize)> = Vec::new();
     for size in (8..=40_000).step_by(97) {
         let layout = Layout::from_size_align(size, 8).unwrap();

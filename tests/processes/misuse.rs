@@ -11,7 +11,7 @@
 //! checked on free) and a write after free (poison checked on reuse), and
 //! leave a correct multithreaded program's output unchanged.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;

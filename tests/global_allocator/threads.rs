@@ -2,14 +2,7 @@
 //! live blocks freed later elsewhere, slabs of exited threads reused.
 
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::thread;
-
-#[global_allocator]
-static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
-
-/// Tests that read global statistics run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn pattern(id: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| (id as usize * 31 + i) as u8).collect()
@@ -17,7 +10,9 @@ fn pattern(id: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn threads_free_each_others_blocks_with_content_checks() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     const THREADS: usize = 6;
     const PER_THREAD: u64 = 20_000;
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS)
@@ -70,7 +65,9 @@ fn threads_free_each_others_blocks_with_content_checks() {
 
 #[test]
 fn blocks_of_an_exited_thread_are_freed_later_by_another() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let blocks: Vec<Box<[u8]>> = thread::spawn(|| {
         (0..5000)
             .map(|i| pattern(i, 100 + i as usize % 900).into_boxed_slice())
@@ -95,7 +92,9 @@ fn blocks_of_an_exited_thread_are_freed_later_by_another() {
 
 #[test]
 fn slabs_of_exited_threads_are_reused_by_live_ones() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let churn = |n: usize| {
         for _ in 0..n {
             thread::spawn(|| {

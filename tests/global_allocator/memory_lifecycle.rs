@@ -2,13 +2,7 @@
 //! and keeps running lightly past the purge delay, resident memory is a
 //! small fraction of the peak; thread churn does not grow it.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-#[global_allocator]
-static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -36,7 +30,9 @@ fn light_use(ms: u64) {
 
 #[test]
 fn resident_memory_falls_below_a_quarter_of_the_peak_after_freeing() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let base = resident_bytes();
     // 256 MiB in small blocks of mixed classes.
     let blocks: Vec<Box<[u8]>> = (0..2_000_000)
@@ -63,7 +59,9 @@ fn resident_memory_falls_below_a_quarter_of_the_peak_after_freeing() {
 
 #[test]
 fn large_block_cache_is_bounded_and_purged() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let base_mmaps = slubmalloc::stats().totals.mmaps;
     for _ in 0..200 {
         let v = vec![7u8; 1 << 20];
@@ -86,7 +84,9 @@ fn large_block_cache_is_bounded_and_purged() {
 
 #[test]
 fn thread_churn_does_not_grow_resident_memory_or_leak_slabs() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let churn = |n| {
         for i in 0..n {
             std::thread::spawn(move || {
@@ -121,7 +121,9 @@ fn thread_churn_does_not_grow_resident_memory_or_leak_slabs() {
 
 #[test]
 fn trim_returns_free_slabs_at_once() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let blocks: Vec<Box<[u8]>> = (0..200_000)
         .map(|_| vec![3u8; 500].into_boxed_slice())
         .collect();

@@ -1,7 +1,7 @@
 //! A fresh slab hands out its objects in address order (locality), or in a
 //! random order with `SLUBMALLOC_FREELIST_RANDOM=1` (SLAB_FREELIST_RANDOM).
 
-mod common;
+use crate::common;
 
 fn steps_to_the_next_slot(env: &[(&str, &str)]) -> u32 {
     let exe = common::compile_c("freelist_order", &[]);

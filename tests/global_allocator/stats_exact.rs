@@ -4,11 +4,6 @@
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 
-#[global_allocator]
-static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// Compares a walk with the counters at a quiet moment: the test harness's
 /// own thread may allocate while it reports the previous test, so take a
 /// walk during which the counters did not move.
@@ -57,7 +52,9 @@ fn assert_walk_agrees() {
 
 #[test]
 fn stats_agree_with_a_full_walk_after_a_concurrent_workload() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     const THREADS: usize = 4;
     type Mailboxes = Arc<Vec<Mutex<Vec<Box<[u8]>>>>>;
     let shared: Mailboxes = Arc::new((0..THREADS).map(|_| Mutex::new(Vec::new())).collect());
@@ -126,7 +123,9 @@ fn stats_agree_with_a_full_walk_after_a_concurrent_workload() {
 
 #[test]
 fn objects_in_use_counts_exactly_the_live_blocks() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     // 20 KiB is a class nothing else in this test binary uses.
     let size = 20_000;
     let in_use = || {
@@ -152,7 +151,9 @@ fn objects_in_use_counts_exactly_the_live_blocks() {
 
 #[test]
 fn node_placement_decisions_are_counted() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
     let size = 3000; // 3072-byte class: 21 objects per slab
     let cache = || *slubmalloc::stats().cache_for_size(size).unwrap();
     // Fill 40 slabs on a thread that then exits, and free one block of each
@@ -202,4 +203,40 @@ fn node_placement_decisions_are_counted() {
         "a nearly empty slab released at thread exit goes to the head: {mid:?} {after:?}"
     );
     assert_walk_agrees();
+}
+
+#[test]
+fn one_line_summary_uses_jemalloc_names_and_agrees_with_the_totals() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    // 3000 blocks of 1000 B (the 1024 B class) and one 1 MiB large block.
+    let small: Vec<Box<[u8]>> = (0..3000).map(|_| vec![1u8; 1000].into()).collect();
+    let large = vec![2u8; 1 << 20];
+    let s = slubmalloc::stats();
+    let sum = s.summary();
+    let slab_bytes: u64 = s.caches().map(|c| c.slabs * 65536).sum();
+    assert_eq!(sum.allocated, s.totals.bytes_in_use);
+    assert_eq!(sum.active, slab_bytes + s.totals.large_bytes);
+    assert_eq!(sum.mapped, s.totals.bytes_mapped);
+    assert_eq!(sum.rss, s.totals.resident_bytes);
+    let class_1024 = s.cache_for_size(1000).unwrap();
+    assert!(sum.allocated >= class_1024.objects_in_use * 1024 + (1 << 20));
+    assert!(class_1024.objects_in_use >= 3000);
+    assert!(sum.active >= sum.allocated && sum.active % 4096 == 0);
+    assert!(sum.mapped >= sum.active && sum.rss > 0);
+    let line = format!("{s:#}");
+    assert_eq!(
+        line,
+        format!(
+            "allocated={} active={} mapped={} rss={}",
+            sum.allocated, sum.active, sum.mapped, sum.rss
+        )
+    );
+    assert_eq!(line, sum.to_string());
+    // The plain form is still the table, which ends with the totals line.
+    assert!(format!("{s}").lines().count() > 2);
+    drop((small, large));
+    let after = slubmalloc::stats().summary();
+    assert!(after.allocated + 3000 * 1024 + (1 << 20) <= sum.allocated + 64 * 1024);
 }
