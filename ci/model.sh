@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../tests/model"
 # Debug build: the transitions' debug_assert!s and `Slab::check` run too.
-RUSTFLAGS="--cfg loom" cargo test -- "$@"
+RUSTFLAGS="--cfg loom" cargo test --lib -- "$@"
