@@ -45,20 +45,29 @@ pub fn preload_lib() -> PathBuf {
 
 /// Compiles `tests/c/<name>.c` (plus `extra` flags) into an executable.
 pub fn compile_c(name: &str, extra: &[&str]) -> PathBuf {
-    let src = root().join("tests").join("c").join(format!("{name}.c"));
+    compile("cc", &format!("{name}.c"), name, extra)
+}
+
+/// Compiles `tests/c/<name>.cpp` with g++.
+pub fn compile_cxx(name: &str) -> PathBuf {
+    compile("g++", &format!("{name}.cpp"), name, &[])
+}
+
+fn compile(compiler: &str, source: &str, name: &str, extra: &[&str]) -> PathBuf {
+    let src = root().join("tests").join("c").join(source);
     let dir = out_dir().join("c");
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join(name);
-    let out = Command::new("cc")
+    let out = Command::new(compiler)
         .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
         .arg(&exe)
         .arg(&src)
         .args(extra)
         .output()
-        .expect("run cc");
+        .unwrap_or_else(|e| panic!("run {compiler} (ci/deps.sh installs it): {e}"));
     assert!(
         out.status.success(),
-        "cc {}: {}",
+        "{compiler} {}: {}",
         src.display(),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -10,7 +10,7 @@ use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -38,30 +38,6 @@ fn same_as_glibc(exe: &Path) -> String {
     assert_success("preloaded run", &pre);
     assert_eq!(common::stdout(&pre), common::stdout(&plain));
     common::stdout(&pre)
-}
-
-/// Compiles `tests/c/<name>.cpp` with g++.
-fn compile_cxx(name: &str) -> PathBuf {
-    let src = common::root()
-        .join("tests")
-        .join("c")
-        .join(format!("{name}.cpp"));
-    let dir = common::root().join("target").join("preload").join("c");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
-    let out = Command::new("g++")
-        .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run g++ (ci/deps.sh installs it)");
-    assert!(
-        out.status.success(),
-        "g++ {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
 }
 
 /// The number after `key ` in `text` (`key 42` or `"key":42`).
@@ -117,7 +93,7 @@ fn pthread_key_destructors_can_malloc_and_free_at_thread_exit() {
 
 #[test]
 fn cxx_thread_local_destructors_can_allocate() {
-    let exe = compile_cxx("preload_tls_dtor_cxx");
+    let exe = common::compile_cxx("preload_tls_dtor_cxx");
     let out = same_as_glibc(&exe);
     assert_eq!(
         number_after(&out, "destructors"),
