@@ -29,7 +29,20 @@ pub struct Options {
     pub debug: bool,
     /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
     pub freelist_random: bool,
+    /// Sampled heap profile (`profile.rs`).
+    pub prof: bool,
+    /// Mean bytes allocated between two samples.
+    pub prof_rate: u64,
+    /// Profile destination; `%p` is not yet expanded.
+    pub prof_file: [u8; PATH_MAX_BYTES],
+    pub prof_file_len: usize,
 }
+
+/// The default of `SLUBMALLOC_PROF_FILE`.
+const PROF_FILE_DEFAULT: &[u8] = b"slubmalloc.%p.heap";
+
+/// `SLUBMALLOC_PROF_RATE`'s bounds: one byte (every allocation) to 1 TiB.
+pub const PROF_RATE_MAX: u64 = 1 << 40;
 
 /// Name, default, meaning: the README's table is this table.
 pub const TABLE: &[(&str, &str, &str)] = &[
@@ -63,6 +76,21 @@ pub const TABLE: &[(&str, &str, &str)] = &[
         "0",
         "`1`: hand out a fresh slab's objects in a random order (costs locality)",
     ),
+    (
+        "SLUBMALLOC_PROF",
+        "0",
+        "`1`: sampled heap profile, written at exit and on the signal (gperftools format)",
+    ),
+    (
+        "SLUBMALLOC_PROF_RATE",
+        "524288",
+        "mean bytes allocated between two samples (exponential intervals), 1 to 2^40",
+    ),
+    (
+        "SLUBMALLOC_PROF_FILE",
+        "slubmalloc.%p.heap",
+        "where the profile goes (rewritten each time); `%p`: process id, `%n`: dump number",
+    ),
 ];
 
 const DEFAULT: Options = Options {
@@ -73,7 +101,21 @@ const DEFAULT: Options = Options {
     purge_delay_ms: 100,
     debug: false,
     freelist_random: false,
+    prof: false,
+    prof_rate: 512 * 1024,
+    prof_file: prof_file_default(),
+    prof_file_len: PROF_FILE_DEFAULT.len(),
 };
+
+const fn prof_file_default() -> [u8; PATH_MAX_BYTES] {
+    let mut out = [0; PATH_MAX_BYTES];
+    let mut i = 0;
+    while i < PROF_FILE_DEFAULT.len() {
+        out[i] = PROF_FILE_DEFAULT[i];
+        i += 1;
+    }
+    out
+}
 
 static STATE: AtomicU32 = AtomicU32::new(0);
 
@@ -163,15 +205,7 @@ fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
             }
             _ => false,
         },
-        b"SLUBMALLOC_STATS_FILE" => {
-            if value.is_empty() || value.len() >= PATH_MAX_BYTES {
-                false
-            } else {
-                o.stats_file[..value.len()].copy_from_slice(value);
-                o.stats_file_len = value.len();
-                true
-            }
-        }
+        b"SLUBMALLOC_STATS_FILE" => parse_path(value, &mut o.stats_file, &mut o.stats_file_len),
         b"SLUBMALLOC_STATS_SIGNAL" => match parse_signal(value) {
             Some(s) => {
                 o.stats_signal = s;
@@ -188,6 +222,15 @@ fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
         },
         b"SLUBMALLOC_DEBUG" => parse_flag(value, &mut o.debug),
         b"SLUBMALLOC_FREELIST_RANDOM" => parse_flag(value, &mut o.freelist_random),
+        b"SLUBMALLOC_PROF" => parse_flag(value, &mut o.prof),
+        b"SLUBMALLOC_PROF_RATE" => match parse_u64(value) {
+            Some(rate) if (1..=PROF_RATE_MAX).contains(&rate) => {
+                o.prof_rate = rate;
+                true
+            }
+            _ => false,
+        },
+        b"SLUBMALLOC_PROF_FILE" => parse_path(value, &mut o.prof_file, &mut o.prof_file_len),
         _ => {
             warn(b"unknown variable ", name, b" ignored");
             return;
@@ -196,6 +239,17 @@ fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
     if !ok {
         warn(b"bad value for ", name, b" ignored, default kept");
     }
+}
+
+/// A path of 1 to `PATH_MAX_BYTES - 1` bytes; false for anything else.
+fn parse_path(v: &[u8], out: &mut [u8; PATH_MAX_BYTES], len: &mut usize) -> bool {
+    if v.is_empty() || v.len() >= PATH_MAX_BYTES {
+        return false;
+    }
+    *out = [0; PATH_MAX_BYTES];
+    out[..v.len()].copy_from_slice(v);
+    *len = v.len();
+    true
 }
 
 /// `0`/`1` (empty means 0); false for anything else.
