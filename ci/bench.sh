@@ -20,7 +20,9 @@
 # command that reproduces it, and makes the command exit 1 after the report.
 #
 # Allocators: glibc (nothing preloaded), slubmalloc, slubmalloc-nopurge
-# (SLUBMALLOC_PURGE_DELAY_MS set to a day: the cost of purging), and
+# (SLUBMALLOC_PURGE_DELAY_MS set to a day: the cost of purging),
+# slubmalloc-prof (SLUBMALLOC_PROF=1 at the default rate, profile written
+# to /dev/null: the cost of the heap profile; not in the default list), and
 # Debian's jemalloc, mimalloc and tcmalloc (ci/deps.sh installs them); a
 # missing one is skipped with a warning.
 set -euo pipefail
@@ -156,6 +158,7 @@ for a in "${want_allocs[@]}"; do
     glibc) ENVS[$a]=""; VERSIONS[$a]=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $NF}' || true) ;;
     slubmalloc) ENVS[$a]="LD_PRELOAD=$SLUB" ;;
     slubmalloc-nopurge) ENVS[$a]="LD_PRELOAD=$SLUB SLUBMALLOC_PURGE_DELAY_MS=86400000" ;;
+    slubmalloc-prof) ENVS[$a]="LD_PRELOAD=$SLUB SLUBMALLOC_PROF=1 SLUBMALLOC_PROF_FILE=/dev/null" ;;
     jemalloc|mimalloc|tcmalloc)
       case "$a" in
         jemalloc) so=libjemalloc.so.2; pkg=libjemalloc2 ;;
@@ -225,7 +228,7 @@ done
 if [ "$CALLGRIND" = 1 ]; then
   if command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null; then
     for a in "${allocs[@]}"; do
-      [ "$a" = slubmalloc-nopurge ] && continue
+      case "$a" in slubmalloc-nopurge|slubmalloc-prof) continue ;; esac
       cg=$OUT/raw/callgrind.$a
       # shellcheck disable=SC2086
       if env ${ENVS[$a]} FASTPATH_BASELINE=1 valgrind --tool=callgrind --callgrind-out-file="$cg.out" \

@@ -37,6 +37,13 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     if obj.is_null() {
         return alloc_slow(scaled / core::mem::size_of::<ClassHeap>(), size, align);
     }
+    // --- heap profile: the byte countdown (a `sub` to memory and a `js`);
+    // only a thread's own heap gets here (the static ones have no list).
+    // SAFETY: as above.
+    if unsafe { (*heap).prof_count(size) } {
+        return sampled_or_not(scaled / core::mem::size_of::<ClassHeap>(), size, align);
+    }
+    // ---
     // SAFETY: `obj` is a free object of our active slab.
     let next = unsafe { get_next(obj) };
     // `link_is_sane`, as two branches: the usual case (a link within the
@@ -55,6 +62,20 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     }
     c.ev.inc(Ev::AllocFast);
     obj
+}
+
+/// The fast path's countdown ran out: a sampled block, or else the usual
+/// one (the sampler may have allocated meanwhile, so the list is read anew).
+#[cold]
+#[inline(never)]
+fn sampled_or_not(class: usize, size: usize, align: usize) -> *mut u8 {
+    let me = sampled_or_not as *const () as usize;
+    let p = crate::profile::sample_small(class, size, align, me);
+    if p.is_null() {
+        crate::refill::alloc_unsampled(class, size, align)
+    } else {
+        p
+    }
 }
 
 /// Frees an object inside one of our segments. Fast path (the slab is ours):

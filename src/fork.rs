@@ -87,4 +87,8 @@ extern "C" fn child() {
     crate::node::rebuild_in_child();
     crate::heap::repair_registry_in_child();
     crate::heap::repair_orphan_in_child();
+    if crate::prof_table::PROF_LOCK.is_locked() {
+        crate::heap::replace_prof_in_child();
+        crate::prof_table::reset_in_child();
+    }
 }

@@ -74,20 +74,23 @@
 //!
 //! Modules in layers, lowest first. A module uses only modules of its own
 //! layer or lower ones, and no import cycle spans more than three modules
-//! (both checked by `tests/layers.rs`):
+//! (both checked by `tests/processes/layers.rs`):
 //!
-//! 1. `fmt`, `os`, `sync`: formatting without allocating, every system call,
-//!    atomics, the lock and the store-order fence.
+//! 1. `fmt`, `os`, `sync`, `unwind`: formatting without allocating, every
+//!    system call, atomics, the lock and the store-order fence; call stacks.
 //! 2. `counters`, `options`, `size_class`: counter cells, the environment,
 //!    size classes and the segment/slab geometry.
-//! 3. `freelist`, `slab`, `segment`, `large`: encoded free lists; a slab's
-//!    descriptor and life cycle; segments of slabs; large blocks.
+//! 3. `freelist`, `slab`, `segment`, `large`, `prof_table`: encoded free
+//!    lists; a slab's descriptor and life cycle; segments of slabs; large
+//!    blocks; the heap profile's stacks and live samples.
 //! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
 //!    their registry; the thread's heap pointer; debug mode's red zones.
-//! 5. `stats`, `report`, `walk`, `fork`: statistics snapshots and reports;
-//!    the verification walk; the fork handlers and the child's repairs.
-//! 6. `fastpath`, `refill`, `release`, `init`: the fast paths; the
-//!    allocation and free slow paths; process and thread start and end.
+//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`: statistics snapshots
+//!    and reports; the verification walk; the fork handlers and the child's
+//!    repairs; the heap profile's file.
+//! 6. `fastpath`, `refill`, `release`, `init`, `profile`: the fast paths;
+//!    the allocation and free slow paths; process and thread start and end;
+//!    heap profile sampling.
 //! 7. `alloc`: routing a request to a class or a large block.
 //! 8. `ffi`, and this file.
 
@@ -107,6 +110,9 @@ mod large;
 mod node;
 mod options;
 mod os;
+mod prof_table;
+mod prof_write;
+mod profile;
 mod refill;
 mod release;
 mod report;
@@ -116,6 +122,7 @@ mod slab;
 mod stats;
 mod sync;
 mod tls;
+mod unwind;
 mod walk;
 
 #[cfg(feature = "override")]
@@ -180,4 +187,26 @@ pub fn class_size(size: usize) -> Option<usize> {
 pub unsafe fn usable_size(ptr: *mut u8) -> usize {
     // SAFETY: per the contract.
     unsafe { alloc::usable_size(ptr) }
+}
+
+/// Whether the heap profile is on (`SLUBMALLOC_PROF=1` in the environment).
+pub fn heap_profile_enabled() -> bool {
+    profile::enabled()
+}
+
+/// Writes the heap profile now to `path` (created or truncated), in the
+/// format of gperftools' heap profiler with its `MAPPED_LIBRARIES:`
+/// section: `google-pprof --text PROGRAM PATH` reads it. Fails if
+/// profiling is off (`SLUBMALLOC_PROF=1` turns it on at start-up) or the
+/// file cannot be opened.
+pub fn write_heap_profile<P: AsRef<std::path::Path>>(path: P) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if !profile::enabled() {
+        return Err(std::io::Error::other(
+            "heap profiling is off (start the program with SLUBMALLOC_PROF=1)",
+        ));
+    }
+    let path = std::ffi::CString::new(path.as_ref().as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    prof_write::write_to_path(&path).map_err(std::io::Error::from_raw_os_error)
 }

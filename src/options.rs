@@ -24,10 +24,21 @@ pub struct Path {
 }
 
 impl Path {
-    const NONE: Path = Path {
-        bytes: [0; PATH_MAX_BYTES],
-        len: 0,
-    };
+    const NONE: Path = Path::of(b"");
+
+    /// A path from a literal (shorter than `PATH_MAX_BYTES`).
+    const fn of(literal: &[u8]) -> Path {
+        let mut bytes = [0; PATH_MAX_BYTES];
+        let mut i = 0;
+        while i < literal.len() {
+            bytes[i] = literal[i];
+            i += 1;
+        }
+        Path {
+            bytes,
+            len: literal.len(),
+        }
+    }
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
@@ -108,7 +119,25 @@ options! {
         "SLUBMALLOC_FREELIST_RANDOM", "0",
         "`1`: hand out a fresh slab's objects in a random order (costs locality)",
         parse_flag;
+    /// Sampled heap profile (`profile.rs`).
+    prof: bool = false,
+        "SLUBMALLOC_PROF", "0",
+        "`1`: sampled heap profile, written at exit and on the signal (gperftools format)",
+        parse_flag;
+    /// Mean bytes allocated between two samples.
+    prof_rate: u64 = 512 * 1024,
+        "SLUBMALLOC_PROF_RATE", "524288",
+        "mean bytes allocated between two samples (exponential intervals), 1 to 2^40",
+        parse_prof_rate;
+    /// Profile destination; `%p` and `%n` are not yet expanded.
+    prof_file: Path = Path::of(b"slubmalloc.%p.heap"),
+        "SLUBMALLOC_PROF_FILE", "slubmalloc.%p.heap",
+        "where the profile goes (rewritten each time); `%p`: process id, `%n`: dump number",
+        parse_path;
 }
+
+/// `SLUBMALLOC_PROF_RATE`'s bounds: one byte (every allocation) to 1 TiB.
+pub const PROF_RATE_MAX: u64 = 1 << 40;
 
 static STATE: AtomicU32 = AtomicU32::new(0);
 
@@ -233,6 +262,16 @@ fn decimal(v: &[u8]) -> Option<u64> {
         return None;
     }
     Some(v.iter().fold(0, |a, &b| a * 10 + (b - b'0') as u64))
+}
+
+fn parse_prof_rate(v: &[u8], out: &mut u64) -> bool {
+    match decimal(v) {
+        Some(rate) if (1..=PROF_RATE_MAX).contains(&rate) => {
+            *out = rate;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// A signal by name (`USR1`, `SIGUSR1`, ...) or number, 1..=64.

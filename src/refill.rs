@@ -39,6 +39,22 @@ pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
 #[cold]
 #[inline(never)]
 pub fn alloc_slow(class: usize, size: usize, align: usize) -> *mut u8 {
+    // --- heap profile: allocations that miss the fast path count down too.
+    let heap = current();
+    // SAFETY: a heap that is neither static one is this thread's own.
+    if heap != EMPTY && heap != DEAD && unsafe { (*heap).prof_count(size) } {
+        let me = alloc_slow as *const () as usize;
+        let p = crate::profile::sample_small(class, size, align, me);
+        if !p.is_null() {
+            return p;
+        }
+    }
+    // ---
+    alloc_unsampled(class, size, align)
+}
+
+/// `alloc_slow` without the profile's countdown.
+pub fn alloc_unsampled(class: usize, size: usize, align: usize) -> *mut u8 {
     if debug::enabled() {
         // A bigger slot with a red zone, or a large block.
         let Some(class) = debug::slot_class(size, align) else {

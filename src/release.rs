@@ -21,6 +21,11 @@ use crate::tls::current;
 /// else goes through `free_unowned`.
 #[inline(never)]
 pub fn free_slow(slab: &Slab, p: *mut u8) {
+    // --- heap profile: a sampled block, in a slab of the profile heap.
+    if crate::profile::owns(slab) {
+        return crate::profile::free_sampled(slab, p);
+    }
+    // ---
     let heap = current();
     if heap != EMPTY && heap != DEAD && !debug::enabled() {
         // SAFETY: `p` lies in a mapped slab; its first word is readable.

@@ -53,7 +53,21 @@ pub fn compile_cxx(name: &str) -> PathBuf {
     compile("g++", &format!("{name}.cpp"), name, &[])
 }
 
+/// Compiles a test program once per test process: tests run in parallel,
+/// and one compiling a program while another runs it fails (ETXTBSY).
 fn compile(compiler: &str, source: &str, name: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{source} {}", extra.join(" "));
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, exe)) = built.iter().find(|(k, _)| *k == key) {
+        return exe.clone();
+    }
+    let exe = compile_now(compiler, source, name, extra);
+    built.push((key, exe.clone()));
+    exe
+}
+
+fn compile_now(compiler: &str, source: &str, name: &str, extra: &[&str]) -> PathBuf {
     let src = root().join("tests").join("c").join(source);
     let dir = out_dir().join("c");
     std::fs::create_dir_all(&dir).unwrap();

@@ -10,6 +10,8 @@ mod common;
 
 mod demo;
 mod freelist_order;
+mod heap_profile;
+mod layers;
 mod misuse;
 mod out_of_memory;
 mod preload_contract;
