@@ -2,7 +2,9 @@
 //! compare against (the `mimalloc` and `tikv-jemallocator` crates, which
 //! compile C sources) and criterion are built only for them:
 //! `cargo bench -p slubmalloc-benches [--bench alloc|stats_cost|counters]`.
-//! The C workloads in `c/` are built and run by `ci/bench.sh`.
+//! The C workloads in `c/` (helpers shared in `c/bench.h`) and the real programs'
+//! inputs (`work.py`, `work.sql`) are built and run by `ci/measure.py`
+//! (`ci/bench.sh`).
 
 use once_cell::sync::Lazy;
 use rand::rngs::SmallRng;
