@@ -22,9 +22,11 @@ fn init_process() {
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
         .is_err()
     {
+        // Another thread is initialising: spin a little, then yield
+        // (`Backoff::snooze` ends in `sched_yield`, which never allocates).
+        let backoff = crossbeam_utils::Backoff::new();
         while INIT.load(Ordering::Acquire) != 2 {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            backoff.snooze();
         }
         return;
     }

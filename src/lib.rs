@@ -92,8 +92,10 @@
 //!    the allocation and free slow paths; process and thread start and end;
 //!    heap profile sampling.
 //! 7. `alloc`: routing a request to a class or a large block.
-//! 8. `ffi`, and this file.
+//! 8. `ffi`, `nightly`: the C malloc family (feature `override`); the
+//!    nightly `Allocator` trait (feature `nightly`); and this file.
 
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -127,6 +129,8 @@ mod walk;
 
 #[cfg(feature = "override")]
 mod ffi;
+#[cfg(feature = "nightly")]
+mod nightly;
 
 use core::alloc::{GlobalAlloc, Layout};
 

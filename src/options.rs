@@ -169,8 +169,11 @@ fn init() {
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
         .is_err()
     {
+        // Another thread is parsing `environ`: spin, then yield (a blocking
+        // once-cell would park through std's thread handle, which allocates).
+        let backoff = crossbeam_utils::Backoff::new();
         while STATE.load(Ordering::Acquire) != 2 {
-            core::hint::spin_loop();
+            backoff.snooze();
         }
         return;
     }

@@ -75,12 +75,17 @@ impl Lock {
         }
     }
 
+    /// Spins, then yields (crossbeam's `Backoff`: 1, 2, .. 64 pause
+    /// instructions, then `sched_yield`, eleven rounds in all, retrying the
+    /// lock after each), while the holder is likely to let go soon; then
+    /// sleeps on the futex. Neither step allocates or touches errno.
     #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {
-        for _ in 0..64 {
-            core::hint::spin_loop();
+        let backoff = crossbeam_utils::Backoff::new();
+        while !backoff.is_completed() {
+            // Acquire: as in `lock`.
             if self.state.load(Ordering::Relaxed) == UNLOCKED
                 && self
                     .state
@@ -89,6 +94,7 @@ impl Lock {
             {
                 return;
             }
+            backoff.snooze();
         }
         // Acquire: as in `lock`.
         while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {

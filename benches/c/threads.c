@@ -10,6 +10,7 @@
  * Prints resident memory after the first tenth of the threads and at the
  * end, to show whether memory grows with the number of threads ever started.
  */
+#include "bench.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,21 +24,6 @@ struct job {
     uint64_t seed;
     void **left; /* allocs/2 blocks handed to the main thread */
 };
-
-static long rss_kib(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    long size = 0, resident = 0;
-    sscanf(buf, "%ld %ld", &size, &resident);
-    return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
 
 static void *worker(void *arg) {
     struct job *j = arg;

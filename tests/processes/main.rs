@@ -19,3 +19,4 @@ mod preload_real_programs;
 mod preload_threads;
 mod readme;
 mod stats_dump;
+mod valgrind;
