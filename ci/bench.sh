@@ -32,7 +32,7 @@ CMDLINE="ci/bench.sh${*:+ $*}"
 SIZE=${SIZE:-full}
 ROUNDS=${ROUNDS:-5}
 THREADS=${THREADS:-$(nproc)}
-WORKLOADS=${WORKLOADS:-msgpass,larson,fastpath,threads,large,bursty,python,sqlite}
+WORKLOADS=${WORKLOADS:-msgpass,larson,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,large_replace}
 ALLOCATORS=${ALLOCATORS:-glibc,slubmalloc,slubmalloc-nopurge,jemalloc,mimalloc,tcmalloc}
 OUT=${OUT:-}
 CALLGRIND=${CALLGRIND:-}
@@ -65,6 +65,8 @@ case "$SIZE" in
   small) MSG=500000;  LAR_OPS=100000; LAR_GEN=10; FP=5000000;  THR=5000;  LARGE=500;  BURST_MIB=256; BURST_MS=1000; PY=20000; SQL=20000 ;;
   full)  MSG=2000000; LAR_OPS=200000; LAR_GEN=20; FP=10000000; THR=20000; LARGE=1000; BURST_MIB=512; BURST_MS=2000; PY=50000; SQL=50000 ;;
 esac
+# The memory shapes (live_threads, idle_purge, large_replace): threads alive at once, replacement steps.
+case "$SIZE" in tiny) LIVE_THR=200; LARGE_STEPS=20 ;; small) LIVE_THR=1000; LARGE_STEPS=100 ;; full) LIVE_THR=4000; LARGE_STEPS=300 ;; esac
 
 BUILD=target/bench
 mkdir -p "$BUILD" "$OUT/raw"
@@ -133,6 +135,9 @@ workload_cmd() {
     threads)  CMD=("$BUILD/threads" "$THR" 100 1) ;;
     large)    CMD=("$BUILD/large" "$LARGE" 128 4096 8 "$T") ;;
     bursty)   CMD=("$BUILD/bursty" "$BURST_MIB" "$BURST_MS" 100 256) ;;
+    live_threads)  CMD=("$BUILD/live_threads" "$LIVE_THR" 4) ;;
+    idle_purge)    CMD=("$BUILD/idle_purge" "$BURST_MIB" 1000 2) ;;
+    large_replace) CMD=("$BUILD/large_replace" "$LARGE_STEPS" 20 5 25) ;;
     python)   CMD=("$PYTHON" -S "$BUILD/work.py" "$PY") ;;
     sqlite)   CMD=("$SQLITE" :memory:); IN=$BUILD/work.sql ;;
     *) return 1 ;;

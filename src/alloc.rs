@@ -30,7 +30,7 @@ fn malloc_above_table(size: usize) -> *mut u8 {
     if size <= MAX_SMALL_BYTES {
         fastpath::alloc(size_class::class_by_log(size), size, 16)
     } else {
-        large::alloc(size, 16, false)
+        alloc_large(size, 16, false)
     }
 }
 
@@ -45,7 +45,7 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
     }
     match class_for(size, align) {
         Some(class) => fastpath::alloc(class, size, align),
-        None => large::alloc(size, align, false),
+        None => alloc_large(size, align, false),
     }
 }
 
@@ -60,8 +60,16 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
             }
             p
         }
-        None => large::alloc(size, align, true),
+        None => alloc_large(size, align, true),
     }
+}
+
+/// A large block; no allocator lock is held here, so the background purger
+/// may start (`background`).
+#[inline(never)]
+fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
+    crate::background::start_if_wanted();
+    large::alloc(size, align, zero)
 }
 
 /// Frees any pointer, null included (a no-op); stops the process with a

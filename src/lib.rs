@@ -78,16 +78,18 @@
 //!
 //! 1. `fmt`, `os`, `sync`: formatting without allocating, every system call,
 //!    atomics, the lock and the store-order fence.
-//! 2. `counters`, `options`, `size_class`: counter cells, the environment,
-//!    size classes and the segment/slab geometry.
+//! 2. `counters`, `options`, `size_class`, `purge`: counter cells, the
+//!    environment, size classes and the segment/slab geometry, the purge
+//!    deadline and the background purger's state.
 //! 3. `freelist`, `slab`, `segment`, `large`: encoded free lists; a slab's
 //!    descriptor and life cycle; segments of slabs; large blocks.
 //! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
 //!    their registry; the thread's heap pointer; debug mode's red zones.
 //! 5. `stats`, `report`, `walk`, `fork`: statistics snapshots and reports;
 //!    the verification walk; the fork handlers and the child's repairs.
-//! 6. `fastpath`, `refill`, `release`, `init`: the fast paths; the
-//!    allocation and free slow paths; process and thread start and end.
+//! 6. `fastpath`, `refill`, `release`, `init`, `background`: the fast
+//!    paths; the allocation and free slow paths; process and thread start
+//!    and end; the background purger thread.
 //! 7. `alloc`: routing a request to a class or a large block.
 //! 8. `ffi`, and this file.
 
@@ -95,6 +97,7 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod background;
 mod counters;
 mod debug;
 mod fastpath;
@@ -107,6 +110,7 @@ mod large;
 mod node;
 mod options;
 mod os;
+mod purge;
 mod refill;
 mod release;
 mod report;

@@ -39,6 +39,8 @@ pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
 #[cold]
 #[inline(never)]
 pub fn alloc_slow(class: usize, size: usize, align: usize) -> *mut u8 {
+    // No allocator lock is held here (see `background`).
+    crate::background::start_if_wanted();
     if debug::enabled() {
         // A bigger slot with a red zone, or a large block.
         let Some(class) = debug::slot_class(size, align) else {

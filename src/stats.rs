@@ -115,10 +115,22 @@ stat_fields! {
     large_bytes: ("large bytes", " B");
     /// Bytes of freed large-block mappings kept for reuse.
     large_cached_bytes: ("large cached", " B");
+    /// The large-block cache's current bound: a quarter of the most bytes
+    /// live in large blocks since the last purge, 64 MiB to 1 GiB.
+    large_cache_limit_bytes: ("large cache limit", " B");
+    /// Large allocations served from the cache (whole, split or grown).
+    large_cache_hits: ("large cache hits", "");
     /// Mappings made.
     mmaps: ("mmaps", "");
     /// Ranges given back to the kernel (MADV_DONTNEED).
     purges: ("purges", "");
+    /// Bytes given back to the kernel by purges: free slabs madvised, and
+    /// free segments and cached large blocks unmapped before they were.
+    bytes_purged: ("purged", " B");
+    /// Purge passes made by the background purger thread.
+    background_purges: ("background purges", "");
+    /// Background purger threads started (one lives while a purge is pending).
+    purger_starts: ("purger starts", "");
     /// Threads with a heap, alive.
     threads_alive: ("threads alive", "");
     /// Threads that had a heap and exited.
@@ -190,8 +202,13 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
+        large_cache_limit_bytes: g.large_cache_limit.load(Ordering::Relaxed),
+        large_cache_hits: g.large_cache_hits.load(Ordering::Relaxed),
         mmaps: crate::os::MMAPS.load(Ordering::Relaxed),
         purges: crate::os::PURGES.load(Ordering::Relaxed),
+        bytes_purged: crate::os::PURGED_BYTES.load(Ordering::Relaxed),
+        background_purges: g.background_purges.load(Ordering::Relaxed),
+        purger_starts: g.purger_starts.load(Ordering::Relaxed),
         threads_alive: alive,
         threads_exited: exited,
     };

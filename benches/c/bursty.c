@@ -12,7 +12,6 @@
  *   sample T_MS RSS_KIB        (one per sample, plus one at each event)
  *   summary peak_kib=.. end_kib=.. end_over_peak=..
  */
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -20,6 +19,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include "rss.h"
 
 #define MAX_SAMPLES 4096
 static long sample_ms[MAX_SAMPLES], sample_kib[MAX_SAMPLES];
@@ -34,20 +34,6 @@ static long elapsed_ms(void) {
     return (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
 }
 
-static long rss_kib(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    long size = 0, resident = 0;
-    sscanf(buf, "%ld %ld", &size, &resident);
-    return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
 
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include <fcntl.h>
+#include "rss.h"
 
 static long allocs = 100;
 
@@ -24,20 +24,6 @@ struct job {
     void **left; /* allocs/2 blocks handed to the main thread */
 };
 
-static long rss_kib(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    long size = 0, resident = 0;
-    sscanf(buf, "%ld %ld", &size, &resident);
-    return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
 
 static void *worker(void *arg) {
     struct job *j = arg;
