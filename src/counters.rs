@@ -57,8 +57,10 @@ impl Counters {
         self.add(ev, n.wrapping_neg());
     }
 
-    pub fn clear(&self) {
-        for c in self.0.iter() {
+    /// Zeroes the counters that are not zero: a block never written stays
+    /// unwritten (its page need not become resident).
+    pub fn clear_if_set(&self) {
+        for c in self.0.iter().filter(|c| c.load(Ordering::Relaxed) != 0) {
             c.store(0, Ordering::Relaxed);
         }
     }

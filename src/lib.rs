@@ -87,9 +87,10 @@
 //!    their registry; the thread's heap pointer; debug mode's red zones.
 //! 5. `stats`, `report`, `walk`, `fork`: statistics snapshots and reports;
 //!    the verification walk; the fork handlers and the child's repairs.
-//! 6. `fastpath`, `refill`, `release`, `init`, `background`: the fast
-//!    paths; the allocation and free slow paths; process and thread start
-//!    and end; the background purger thread.
+//! 6. `fastpath`, `refill`, `release`, `init`, `background`, `shared`: the
+//!    fast paths; the allocation and free slow paths; process and thread
+//!    start and end; the background purger thread; cold classes served from
+//!    shared slabs.
 //! 7. `alloc`: routing a request to a class or a large block.
 //! 8. `ffi`, and this file.
 
@@ -115,6 +116,7 @@ mod refill;
 mod release;
 mod report;
 mod segment;
+mod shared;
 mod size_class;
 mod slab;
 mod stats;

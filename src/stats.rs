@@ -169,17 +169,20 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.object_size = CLASS_BYTES[class] as u64;
         c.objects_per_slab = objects_per_slab(class) as u64;
         c.alloc_fast = e(Ev::AllocFast);
-        c.alloc_slow = e(Ev::AllocSlow);
+        // Allocations from and frees into listed slabs, and the slabs they
+        // took from and gave back to segments, are counted on the node.
+        let on_node = |c: &crate::sync::AtomicU64| c.load(Ordering::Relaxed);
+        c.alloc_slow = e(Ev::AllocSlow) + on_node(&node.allocs_listed);
         c.free_fast = e(Ev::FreeFast);
-        c.free_slow = e(Ev::FreeSlow);
+        c.free_slow = e(Ev::FreeSlow) + on_node(&node.frees_listed);
         c.free_remote = e(Ev::FreeRemote);
         c.objects_in_use =
             (c.alloc_fast + c.alloc_slow).wrapping_sub(c.free_fast + c.free_slow + c.free_remote);
         c.refill_own = e(Ev::RefillOwn);
         c.refill_partial = e(Ev::RefillPartial);
         c.refill_node = e(Ev::RefillNode);
-        c.slabs_allocated = e(Ev::SlabsNew);
-        c.slabs_freed = e(Ev::SlabsFreed);
+        c.slabs_allocated = e(Ev::SlabsNew) + on_node(&node.slabs_new);
+        c.slabs_freed = e(Ev::SlabsFreed) + on_node(&node.slabs_freed);
         c.slabs = c.slabs_allocated.wrapping_sub(c.slabs_freed);
         c.objects_total = c.slabs * c.objects_per_slab;
         c.thread_partial_slabs = e(Ev::ThreadPartial);

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-fn resident_bytes() -> u64 {
+pub fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
     statm
         .split_whitespace()

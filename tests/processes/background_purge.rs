@@ -10,8 +10,11 @@ use std::time::Duration;
 use crate::common::{compile_c, run_guarded, stderr, stdout};
 
 fn run(mode: &str, env: &[(&str, &str)]) -> std::process::Output {
-    let exe = compile_c("background_purge", &[]);
-    let out = run_guarded(&exe, &[mode], true, env, Duration::from_secs(30));
+    // Compiled once: a test compiling it while another runs it would fail
+    // with ETXTBSY.
+    static EXE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let exe = EXE.get_or_init(|| compile_c("background_purge", &[]));
+    let out = run_guarded(exe, &[mode], true, env, Duration::from_secs(30));
     assert!(
         out.status.success() || mode == "closefds",
         "{mode}: {}\n{}",
