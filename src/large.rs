@@ -329,6 +329,7 @@ impl Evicted {
         for c in &self.list[..self.n] {
             unmap(c.base, c.len);
             if purged {
+                // Relaxed: a statistics counter.
                 os::PURGED_BYTES.fetch_add(c.len as u64, Ordering::Relaxed);
             }
         }
@@ -357,6 +358,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     let g = crate::counters::global();
     let (base, map_len) = match cached {
         Some(Hit::Fits(base, l)) => {
+            // Relaxed: a statistics counter (as every `g` counter here).
             g.large_cache_hits.fetch_add(1, Ordering::Relaxed);
             if zero {
                 // SAFETY: the cached mapping is ours and at least `size` long.

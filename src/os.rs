@@ -120,6 +120,7 @@ pub fn purge(p: *mut u8, bytes: usize) {
     // SAFETY: callers pass a range inside one of their mappings holding no live data.
     unsafe { libc::madvise(p.cast(), bytes, PURGE_ADVICE) };
     PURGES.fetch_add(1, Ordering::Relaxed);
+    // Relaxed: statistics counters; nothing is published with them.
     PURGED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 

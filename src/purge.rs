@@ -146,6 +146,7 @@ pub fn start_done(created: bool) {
         // Relaxed: as in `claim_start`. Nothing else leaves STARTING: a
         // purger that looks before this store stays (`purger_may_stop`).
         STATE.store(RUNNING, Ordering::Relaxed);
+        // Relaxed: a statistics counter.
         global().purger_starts.fetch_add(1, Ordering::Relaxed);
     } else {
         // Relaxed: a hint for `purger_wanted`.
@@ -189,6 +190,7 @@ pub fn purger_may_stop() -> bool {
 
 /// Counts one purge pass made by the purger.
 pub fn count_background_purge() {
+    // Relaxed: a statistics counter.
     global().background_purges.fetch_add(1, Ordering::Relaxed);
 }
 

@@ -257,6 +257,7 @@ fn purge_segments_locked(s: &mut Segments) {
             os::unmap(seg.cast(), SEGMENT_BYTES);
             let g = crate::counters::global();
             g.segments.fetch_sub(1, Ordering::Relaxed);
+            // Relaxed: a statistics counter.
             os::PURGED_BYTES.fetch_add(dirty, Ordering::Relaxed);
         } else {
             if sg.free_mask == ALL_SLABS {
