@@ -87,9 +87,15 @@ WORKLOADS = {
     "python": ("PYTHONMALLOC=malloc {python} -S benches/work.py {n}", (5000, 20000, 50000), 1),
     "sqlite": ("{sqlite} :memory: < {bin}/work-{n}.sql", (5000, 20000, 50000), 1),
     "pairs": ("{bin}/pairs {n} 64", (1000000, 1000000, 1000000), 1),
+    # The memory shapes: n threads alive at once holding 4 blocks of 8 sizes;
+    # n MiB freed, then idle without a call (prints the resident kept); n
+    # big blocks replaced one at a time among 20 of 5-25 MiB.
+    "live_threads": ("{bin}/live_threads {n} 4", (200, 1000, 4000), 1),
+    "idle_purge": ("{bin}/idle_purge {n} 1000 2", (64, 256, 512), 1),
+    "large_replace": ("{bin}/large_replace {n} 20 5 25", (20, 100, 300), 1),
 }
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300}, "small": {"gen": 10, "ms": 1000}, "full": {"gen": 20, "ms": 2000}}
-BENCH_WORKLOADS = "msgpass,larson,fastpath,threads,large,bursty,python,sqlite"
+BENCH_WORKLOADS = "msgpass,larson,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,large_replace"
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
@@ -591,7 +597,7 @@ def bench(argv):
     load_start = open("/proc/loadavg").read().split()[:3]
     start = time.time()
     failures = interleave(cmds, variants, a.rounds, {}, timeout, raw, os.path.join(raw, "runs.csv"),
-                          keep_out=("bursty",))
+                          keep_out=("bursty", "idle_purge"))
     # Instructions of the fast paths: fastpath's phases against its stand-in
     # allocator (FASTPATH_BASELINE=1), from callgrind_annotate.
     fp = Command("fastpath", WORKLOADS["fastpath"][0].replace("{bin}", BIN), 200000, 4)

@@ -69,11 +69,14 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 }
 
 /// A large block, counted down by the heap profile. A thread whose first
-/// blocks are large gets its heap (and countdown) now when profiling. Out
-/// of line: inlined, it made `__rust_alloc` save registers on the fast path
-/// (ci/callgrind.sh: Rust pair 91 -> 95 instructions).
+/// blocks are large gets its heap (and countdown) now when profiling. No
+/// allocator lock is held here, so the background purger may start
+/// (`background`). Out of line: inlined, it made `__rust_alloc` save
+/// registers on the fast path (ci/callgrind.sh: Rust pair 91 -> 95
+/// instructions).
 #[inline(never)]
 fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
+    crate::background::start_if_wanted();
     let p = large::alloc(size, align, zero);
     if !p.is_null() {
         if crate::tls::current() == crate::heap::EMPTY && profile::enabled() {

@@ -57,8 +57,10 @@ impl Counters {
         self.add(ev, n.wrapping_neg());
     }
 
-    pub fn clear(&self) {
-        for c in self.0.iter() {
+    /// Zeroes the counters that are not zero: a block never written stays
+    /// unwritten (its page need not become resident).
+    pub fn clear_if_set(&self) {
+        for c in self.0.iter().filter(|c| c.load(Ordering::Relaxed) != 0) {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -75,6 +77,14 @@ pub struct Global {
     pub large_bytes: AtomicU64,
     pub large_mapped: AtomicU64,
     pub large_cached: AtomicU64,
+    /// The large-block cache's current bound (`large`).
+    pub large_cache_limit: AtomicU64,
+    /// Large allocations served from the cache.
+    pub large_cache_hits: AtomicU64,
+    /// Purge passes made by the background purger.
+    pub background_purges: AtomicU64,
+    /// Background purger threads started.
+    pub purger_starts: AtomicU64,
 }
 
 static GLOBAL: Global = Global {
@@ -83,6 +93,10 @@ static GLOBAL: Global = Global {
     large_bytes: AtomicU64::new(0),
     large_mapped: AtomicU64::new(0),
     large_cached: AtomicU64::new(0),
+    large_cache_limit: AtomicU64::new(0),
+    large_cache_hits: AtomicU64::new(0),
+    background_purges: AtomicU64::new(0),
+    purger_starts: AtomicU64::new(0),
 };
 
 pub fn global() -> &'static Global {

@@ -76,11 +76,17 @@ pub fn on_free(slab: &Slab, p: *mut u8) {
 /// Poisons freshly carved objects, so that their first use checks clean.
 pub fn poison_list(mut obj: *mut u8, slot: usize) {
     while !obj.is_null() {
-        // SAFETY: `obj` is a free object of `slot` bytes that we own.
-        unsafe { core::ptr::write_bytes(obj.add(LINK_WORD), POISON, slot - LINK_WORD) };
-        // SAFETY: as above.
+        poison(obj, slot);
+        // SAFETY: `obj` is a free object that we own.
         obj = unsafe { get_next(obj) };
     }
+}
+
+/// Poisons one freshly carved object of `slot` bytes (all but its first
+/// word), so that its first use checks clean.
+pub fn poison(obj: *mut u8, slot: usize) {
+    // SAFETY: `obj` is an object of `slot` bytes that the caller holds.
+    unsafe { core::ptr::write_bytes(obj.add(LINK_WORD), POISON, slot - LINK_WORD) };
 }
 
 fn check_poison(p: *mut u8, slot: usize) {

@@ -78,6 +78,8 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn child() {
+    // The parent's purger, if it had one, is not in the child.
+    crate::purge::reset_in_child();
     if PARENT_THREADED.load(Ordering::Relaxed) == 0 {
         return;
     }

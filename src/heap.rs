@@ -59,6 +59,10 @@ const _: () = assert!(core::mem::size_of::<ClassHeap>() == crate::size_class::CL
 // `Slab::heap_offset` holds a class's offset in a heap in 16 bits.
 const _: () = assert!(NUM_CLASSES * core::mem::size_of::<ClassHeap>() <= u16::MAX as usize);
 
+/// A thread's heap. The class heaps come first (the fast paths find one at
+/// a fixed offset); the header after them holds what a thread writes for
+/// its cold classes (`shared`), so that a thread that uses few objects of
+/// each class dirties that one page of its heap and no class heap.
 #[repr(C, align(64))]
 pub struct Heap {
     pub classes: [ClassHeap; NUM_CLASSES],
@@ -74,7 +78,15 @@ pub struct Heap {
     pub prof_busy: Cell<bool>,
     /// Set while `profile::calibrate` allocates through Rust's entry points.
     pub prof_calibrating: Cell<bool>,
+    /// Classes that are warm in this heap (bit `class`): the thread has
+    /// owned a slab of them, or took `shared::SHARED_OBJECTS` objects. Only
+    /// their class heaps hold lists; only their `returned` stacks are open.
+    warm: Cell<u64>,
+    /// Per class, objects taken from shared slabs while the class was cold.
+    pub shared_taken: [Cell<u8>; NUM_CLASSES],
 }
+
+const _: () = assert!(NUM_CLASSES <= 64, "`Heap::warm` has a bit per class");
 
 // SAFETY: a heap's Cells are written only by its thread (or, for
 // ORPHAN_HEAP, under ORPHAN_LOCK); other threads read only its atomics.
@@ -180,21 +192,53 @@ impl Heap {
         }
     }
 
-    /// Empties a pooled heap for a new thread: lists, counters, and the
-    /// `returned` stacks reopened (atomically: giving back may still look).
+    /// Empties a pooled heap for a new thread: the lists of its warm
+    /// classes, and any counter that is not zero (a page of class heaps
+    /// that no thread wrote stays untouched, so not resident). The
+    /// `returned` stacks stay CLOSED until the new thread warms their class
+    /// up (`warm_up`): no slab filled by an earlier thread is handed to it.
     pub fn reset(&self) {
-        for c in self.classes.iter() {
-            c.free.set(ptr::null_mut());
-            c.active.set(ptr::null_mut());
-            c.partial.set(ptr::null_mut());
-            c.partial_tail.set(ptr::null_mut());
-            c.partial_count.set(0);
-            c.stash.set(ptr::null_mut());
-            c.ev.clear();
-            c.returned.store(ptr::null_mut(), Ordering::Relaxed);
+        for (class, c) in self.classes.iter().enumerate() {
+            if self.is_warm(class) {
+                c.free.set(ptr::null_mut());
+                c.active.set(ptr::null_mut());
+                c.partial.set(ptr::null_mut());
+                c.partial_tail.set(ptr::null_mut());
+                c.partial_count.set(0);
+                c.stash.set(ptr::null_mut());
+            }
+            c.ev.clear_if_set();
         }
+        for taken in self.shared_taken.iter().filter(|t| t.get() != 0) {
+            taken.set(0);
+        }
+        self.warm.set(0);
         self.next.set(ptr::null_mut());
         self.prev.set(ptr::null_mut());
+    }
+
+    /// Whether `class` is warm in this heap (see `warm`).
+    #[inline]
+    pub fn is_warm(&self, class: usize) -> bool {
+        self.warm.get() & (1 << class) != 0
+    }
+
+    /// Makes `class` warm: from now on the heap may own slabs of it, and
+    /// its `returned` stack is open (reopened if an earlier thread of this
+    /// pooled heap closed it at exit).
+    pub fn warm_up(&self, class: usize) {
+        if self.is_warm(class) {
+            return;
+        }
+        self.warm.set(self.warm.get() | 1 << class);
+        // Relaxed: nothing is published; a give-back that still reads
+        // CLOSED adopts its slab instead, as it would have before.
+        let _ = self.classes[class].returned.compare_exchange(
+            crate::slab::CLOSED,
+            ptr::null_mut(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     const fn new() -> Self {
@@ -206,6 +250,8 @@ impl Heap {
             prof_rng: Cell::new(0),
             prof_busy: Cell::new(false),
             prof_calibrating: Cell::new(false),
+            warm: Cell::new(0),
+            shared_taken: [const { Cell::new(0) }; NUM_CLASSES],
         }
     }
 

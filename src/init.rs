@@ -113,4 +113,8 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
         r.threads_alive -= 1;
         r.threads_exited += 1;
     });
+    // What this thread freed, and the slabs it handed on, go back to the
+    // kernel after the delay even if no other thread calls the allocator
+    // again. No allocator lock is held here.
+    crate::background::start_if_wanted();
 }

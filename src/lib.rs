@@ -78,8 +78,9 @@
 //!
 //! 1. `fmt`, `os`, `sync`, `unwind`: formatting without allocating, every
 //!    system call, atomics, the lock and the store-order fence; call stacks.
-//! 2. `counters`, `options`, `size_class`: counter cells, the environment,
-//!    size classes and the segment/slab geometry.
+//! 2. `counters`, `options`, `size_class`, `purge`: counter cells, the
+//!    environment, size classes and the segment/slab geometry, the purge
+//!    deadline and the background purger's state.
 //! 3. `freelist`, `slab`, `segment`, `large`, `prof_table`: encoded free
 //!    lists; a slab's descriptor and life cycle; segments of slabs; large
 //!    blocks; the heap profile's stacks and live samples.
@@ -88,9 +89,10 @@
 //! 5. `stats`, `report`, `walk`, `fork`, `prof_write`: statistics snapshots
 //!    and reports; the verification walk; the fork handlers and the child's
 //!    repairs; the heap profile's file.
-//! 6. `fastpath`, `refill`, `release`, `init`, `profile`: the fast paths;
-//!    the allocation and free slow paths; process and thread start and end;
-//!    heap profile sampling.
+//! 6. `fastpath`, `refill`, `release`, `init`, `profile`, `background`,
+//!    `shared`: the fast paths; the allocation and free slow paths; process
+//!    and thread start and end; heap profile sampling; the background purger
+//!    thread; cold classes served from shared slabs.
 //! 7. `alloc`: routing a request to a class or a large block.
 //! 8. `ffi`, `nightly`: the C malloc family (feature `override`); the
 //!    nightly `Allocator` trait (feature `nightly`); and this file.
@@ -100,25 +102,32 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod background;
 mod counters;
 mod debug;
 mod fastpath;
+#[cfg(feature = "override")]
+mod ffi;
 mod fmt;
 mod fork;
 mod freelist;
 mod heap;
 mod init;
 mod large;
+#[cfg(feature = "nightly")]
+mod nightly;
 mod node;
 mod options;
 mod os;
 mod prof_table;
 mod prof_write;
 mod profile;
+mod purge;
 mod refill;
 mod release;
 mod report;
 mod segment;
+mod shared;
 mod size_class;
 mod slab;
 mod stats;
@@ -126,11 +135,6 @@ mod sync;
 mod tls;
 mod unwind;
 mod walk;
-
-#[cfg(feature = "override")]
-mod ffi;
-#[cfg(feature = "nightly")]
-mod nightly;
 
 use core::alloc::{GlobalAlloc, Layout};
 

@@ -31,6 +31,14 @@ pub struct Node {
     /// Placement decisions, for the statistics.
     pub added_head: AtomicU64,
     pub added_tail: AtomicU64,
+    /// Events counted under the lock, for the statistics: objects handed
+    /// out from listed slabs to cold classes (`take_object`), frees into
+    /// listed slabs (`free_listed`), shared slabs taken from segments
+    /// (`add_fresh`), and slabs `free_listed` gave back to them.
+    pub allocs_listed: AtomicU64,
+    pub frees_listed: AtomicU64,
+    pub slabs_new: AtomicU64,
+    pub slabs_freed: AtomicU64,
 }
 
 // SAFETY: the Cell fields are touched only with `lock` held.
@@ -55,6 +63,14 @@ fn bump(c: &AtomicUsize, n: isize) {
     );
 }
 
+/// Counts one event in a counter that only lock holders write.
+#[inline]
+fn count(c: &AtomicU64) {
+    // Relaxed: written under the node lock only, read by `stats()` as a
+    // snapshot.
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
 /// A node's initial value (loom's atomics are not made in const context).
 macro_rules! new_node {
     () => {
@@ -66,6 +82,10 @@ macro_rules! new_node {
             free_objects: AtomicUsize::new(0),
             added_head: AtomicU64::new(0),
             added_tail: AtomicU64::new(0),
+            allocs_listed: AtomicU64::new(0),
+            frees_listed: AtomicU64::new(0),
+            slabs_new: AtomicU64::new(0),
+            slabs_freed: AtomicU64::new(0),
         }
     };
 }
@@ -90,7 +110,38 @@ impl Node {
         } else {
             &self.added_head
         };
-        decisions.store(decisions.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        count(decisions);
+    }
+
+    /// Lists a slab fresh from its segment, for cold classes to share
+    /// (`Slab::init_listed`). Lock held.
+    pub fn add_fresh(&self, slab: &Slab, class: usize) {
+        slab.init_listed(class);
+        self.add(slab, false);
+        count(&self.slabs_new);
+    }
+
+    /// One object for a thread whose class is cold, from the listed slab at
+    /// the tail (the fullest: filling it lets the emptier ones at the head
+    /// drain and go back to their segment). Lock held. Returns null if the
+    /// list is empty, else the object and whether it was just carved. A
+    /// slab that hands out its last free object leaves the list as FULL: its
+    /// first free claims it, as any full slab's.
+    pub fn take_object(&self) -> (*mut u8, bool) {
+        let s = self.tail.get();
+        if s.is_null() {
+            return (ptr::null_mut(), false);
+        }
+        // SAFETY: list members are live; lock held.
+        let slab = unsafe { &*s };
+        let (p, fresh) = slab.take_listed_object();
+        bump(&self.free_objects, -1);
+        count(&self.allocs_listed);
+        if slab.inuse.get() == slab.objects.get() {
+            self.remove(slab);
+            slab.make_full_from_listed();
+        }
+        (p, fresh)
     }
 
     /// Links `slab` in at the head or the tail and counts it. Lock held.
@@ -151,7 +202,8 @@ impl Node {
     /// Frees `p` into `slab`, LISTED on this node, lock held; `looks_free`
     /// is `slab::looks_free(p)` read before any write into `p`. A slab that
     /// empties goes back to its segment unless the node keeps it
-    /// (`should_discard_empty`); returns whether it went.
+    /// (`should_discard_empty`); returns whether it went. Counts the free
+    /// (and the slab) in the node's counters.
     pub fn free_listed(&self, slab: &Slab, p: *mut u8, looks_free: bool) -> bool {
         debug_assert_eq!(slab.state(), State::Listed);
         if looks_free && list_contains(slab.local_free.get(), p, slab.objects.get()) {
@@ -163,10 +215,12 @@ impl Node {
         slab.local_free.set(p);
         slab.inuse.set(slab.inuse.get() - 1);
         bump(&self.free_objects, 1);
+        count(&self.frees_listed);
         slab.check();
         if slab.inuse.get() == 0 && self.should_discard_empty() {
             self.remove(slab);
             discard(slab);
+            count(&self.slabs_freed);
             return true;
         }
         false

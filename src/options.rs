@@ -109,6 +109,11 @@ options! {
         "SLUBMALLOC_PURGE_DELAY_MS", "100",
         "delay before free slabs and cached large blocks go back to the kernel",
         parse_u64;
+    /// The background purger thread (`background.rs`).
+    background_purge: bool = true,
+        "SLUBMALLOC_BACKGROUND_PURGE", "1",
+        "`0`: no background purger thread; free memory goes back only at later allocator calls",
+        parse_flag;
     /// Red zones, poisoning and list checks (`debug.rs`).
     debug: bool = false,
         "SLUBMALLOC_DEBUG", "0",

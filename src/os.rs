@@ -11,9 +11,12 @@ use core::ptr;
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// Mappings made, and ranges purged (MADV_DONTNEED), for the statistics.
+/// Mappings made, ranges purged (MADV_DONTNEED), and bytes given back by
+/// purges (those ranges, and the free segments and cached large blocks
+/// that purges unmap, which their modules add), for the statistics.
 pub static MMAPS: AtomicU64 = AtomicU64::new(0);
 pub static PURGES: AtomicU64 = AtomicU64::new(0);
+pub static PURGED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 pub const PAGE_BYTES: usize = 4096;
 
@@ -98,12 +101,27 @@ pub fn unmap(p: *mut u8, bytes: usize) {
     unsafe { libc::munmap(p.cast(), bytes) };
 }
 
-/// Drops the physical pages behind a range; it reads as zeros afterwards.
+/// How `purge` gives pages back: MADV_DONTNEED, which frees them at once
+/// (the resident size falls, and the next touch faults in a zero page).
+/// MADV_FREE (`--cfg slubmalloc_bench_madv_free`, for measuring) lets the
+/// kernel take them only under memory pressure: until then they stay in the
+/// resident size, so a program that frees and goes idle keeps its peak, and
+/// a page touched again comes back without a fault. Measured on the memory
+/// shapes of `benches/c` (README, "Memory").
+#[cfg(not(slubmalloc_bench_madv_free))]
+const PURGE_ADVICE: libc::c_int = libc::MADV_DONTNEED;
+#[cfg(slubmalloc_bench_madv_free)]
+const PURGE_ADVICE: libc::c_int = libc::MADV_FREE;
+
+/// Drops the physical pages behind a range; it reads as zeros afterwards
+/// (with MADV_FREE: zeros or the old contents).
 pub fn purge(p: *mut u8, bytes: usize) {
     let _keep = ErrnoGuard::save();
     // SAFETY: callers pass a range inside one of their mappings holding no live data.
-    unsafe { libc::madvise(p.cast(), bytes, libc::MADV_DONTNEED) };
+    unsafe { libc::madvise(p.cast(), bytes, PURGE_ADVICE) };
     PURGES.fetch_add(1, Ordering::Relaxed);
+    // Relaxed: statistics counters; nothing is published with them.
+    PURGED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
 /// Grows or shrinks a mapping, possibly moving it; null with ENOMEM on failure.

@@ -93,10 +93,9 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
         if slab.state() != State::Listed {
             continue; // a heap took the slab, or it filled up, while we waited
         }
-        heap.classes[class].ev.inc(Ev::FreeSlow);
-        if node.free_listed(slab, p, looks_free) {
-            heap.classes[class].ev.inc(Ev::SlabsFreed);
-        }
+        // Counted in the node's counters (no write to the class heap of a
+        // thread whose class is cold).
+        node.free_listed(slab, p, looks_free);
         return;
     }
 }
@@ -104,6 +103,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
 /// A slab we just adopted with a free joins our partial list; if that list
 /// is full, its slabs go to the node list first, in one lock hold.
 fn adopt(heap: &Heap, class: usize, slab: &Slab) {
+    heap.warm_up(class);
     slab.adopt(owner_tag(heap));
     trim_partials(heap, class, MAX_THREAD_PARTIAL - 1);
     keep_partial(heap, class, slab);
@@ -260,6 +260,11 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
 /// `closing` (thread exit), slabs can no longer be handed back to it.
 pub fn flush(heap: &Heap, closing: bool) {
     for (class, c) in heap.classes.iter().enumerate() {
+        // A cold class owns no slab, and none comes back to it (`shared`):
+        // its class heap is not even read.
+        if !heap.is_warm(class) {
+            continue;
+        }
         let after = if closing { CLOSED } else { ptr::null_mut() };
         // Acquire: pairs with the Release CAS in `give_back`.
         let mut r = c.returned.swap(after, Ordering::Acquire);

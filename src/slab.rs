@@ -21,12 +21,15 @@
 //!   the node lock's. A freer that sees LISTED takes the lock and looks again.
 //! - FREE (`REMOTE_FREE`): back in its segment; any free into it is invalid.
 //!
-//! Transitions: FREE -> OWNED (`init`); OWNED -> FULL (`try_make_full`,
+//! Transitions: FREE -> OWNED (`init`); FREE -> LISTED (`init_listed`, a
+//! slab shared by cold classes, node lock); OWNED -> FULL (`try_make_full`,
 //! lock-free, Release); FULL -> OWNED (`try_claim_full`, Acquire, then
 //! `give_back` or `adopt`); OWNED -> LISTED (`begin_listing`, node lock);
 //! LISTED -> OWNED (`take_listed`, node lock); LISTED -> FULL
 //! (`make_full_from_listed`, node lock, Release); LISTED -> FREE
-//! (`make_free`, node lock). The counts: `inuse` plus the objects on
+//! (`make_free`, node lock). A LISTED slab also hands out single objects
+//! under the node lock (`take_listed_object`) and takes frees
+//! (`Node::free_listed`). The counts: `inuse` plus the objects on
 //! `local_free` plus the never-carved ones make `objects`, whenever the
 //! lists are held by one party (`check`).
 
@@ -219,6 +222,29 @@ impl Slab {
         // (`node::rebuild_in_child`).
         self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
         crate::sync::store_order_fence();
+        self.prepare(class);
+        self.owner.store(owner, Ordering::Relaxed);
+        self.check();
+    }
+
+    /// FREE -> LISTED, node lock held: a slab fresh from its segment for
+    /// `class`, to be shared by the threads whose class is cold (they take
+    /// single objects from it, `take_listed_object`). The caller links it
+    /// on the node list.
+    pub fn init_listed(&self, class: usize) {
+        debug_assert_eq!(self.state(), State::Free);
+        self.prepare(class);
+        // The fields first: a forked child lists every LISTED slab
+        // (`node::rebuild_in_child`), so it must never see a half-made one.
+        crate::sync::store_order_fence();
+        // Relaxed: the node lock we hold orders this for every thread that
+        // will take or free objects of the slab (it is not linked yet).
+        self.remote.0.store(REMOTE_LISTED, Ordering::Relaxed);
+        self.check();
+    }
+
+    /// The fields of a slab fresh for `class`: empty, nothing carved.
+    fn prepare(&self, class: usize) {
         let size = crate::size_class::CLASS_BYTES[class];
         self.size.set(size);
         self.class.set(class as u8);
@@ -226,8 +252,8 @@ impl Slab {
             .set((class * crate::size_class::CLASS_SCALE) as u16);
         self.div.set(DIVISORS[class]);
         self.objects.set(crate::size_class::objects_per_slab(class));
-        // Relaxed: nobody frees into the slab before the owner hands out a
-        // block, which orders this store before the freer's load.
+        // Relaxed: nobody frees into the slab before a block is handed out
+        // from it, which orders this store before the freer's load.
         self.carved.store(0, Ordering::Relaxed);
         self.inuse.set(0);
         self.local_free.set(ptr::null_mut());
@@ -235,8 +261,38 @@ impl Slab {
         self.prev.set(ptr::null_mut());
         self.on_partial.set(false);
         self.last_owner.set(0);
-        self.owner.store(owner, Ordering::Relaxed);
+    }
+
+    /// LISTED, node lock held: hands out one free object for a thread whose
+    /// class is cold, from `local_free` or else carved (one object: only its
+    /// page is touched). The slab stays LISTED; the caller counts the object
+    /// on the node and, if it was the last free one, unlinks the slab and
+    /// makes it FULL. Returns the object and whether it was just carved
+    /// (never used: debug mode poisons it). Its first word is cleared.
+    pub fn take_listed_object(&self) -> (*mut u8, bool) {
+        debug_assert_eq!(self.state(), State::Listed);
+        debug_assert!(self.inuse.get() < self.objects.get());
+        let mut p = self.local_free.get();
+        let fresh = p.is_null();
+        if fresh {
+            let (list, n) = self.carve(1);
+            debug_assert_eq!(n, 1);
+            p = list;
+        } else {
+            // SAFETY: `p` heads the slab's free list, ours under the lock.
+            let next = unsafe { crate::freelist::get_next(p) };
+            if !link_is_sane(p, next) {
+                crate::freelist::corrupted_link(p);
+            }
+            self.local_free.set(next);
+        }
+        // SAFETY: `p` is a free object of this slab, now the caller's, at
+        // least 8 bytes. Zeroed as the fast path does: a stale link would
+        // look like a free block to `free`.
+        unsafe { (p as *mut usize).write(0) };
+        self.inuse.set(self.inuse.get() + 1);
         self.check();
+        (p, fresh)
     }
 
     /// OWNED, by its owner: takes the remote free list, or null if empty.

@@ -115,10 +115,22 @@ stat_fields! {
     large_bytes: ("large bytes", " B");
     /// Bytes of freed large-block mappings kept for reuse.
     large_cached_bytes: ("large cached", " B");
+    /// The large-block cache's current bound: a quarter of the most bytes
+    /// live in large blocks since the last purge, 64 MiB to 1 GiB.
+    large_cache_limit_bytes: ("large cache limit", " B");
+    /// Large allocations served from the cache (whole, split or grown).
+    large_cache_hits: ("large cache hits", "");
     /// Mappings made.
     mmaps: ("mmaps", "");
     /// Ranges given back to the kernel (MADV_DONTNEED).
     purges: ("purges", "");
+    /// Bytes given back to the kernel by purges: free slabs madvised, and
+    /// free segments and cached large blocks unmapped before they were.
+    bytes_purged: ("purged", " B");
+    /// Purge passes made by the background purger thread.
+    background_purges: ("background purges", "");
+    /// Background purger threads started (one lives while a purge is pending).
+    purger_starts: ("purger starts", "");
     /// Threads with a heap, alive.
     threads_alive: ("threads alive", "");
     /// Threads that had a heap and exited.
@@ -157,17 +169,20 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.object_size = CLASS_BYTES[class] as u64;
         c.objects_per_slab = objects_per_slab(class) as u64;
         c.alloc_fast = e(Ev::AllocFast);
-        c.alloc_slow = e(Ev::AllocSlow);
+        // Allocations from and frees into listed slabs, and the slabs they
+        // took from and gave back to segments, are counted on the node.
+        let on_node = |c: &crate::sync::AtomicU64| c.load(Ordering::Relaxed);
+        c.alloc_slow = e(Ev::AllocSlow) + on_node(&node.allocs_listed);
         c.free_fast = e(Ev::FreeFast);
-        c.free_slow = e(Ev::FreeSlow);
+        c.free_slow = e(Ev::FreeSlow) + on_node(&node.frees_listed);
         c.free_remote = e(Ev::FreeRemote);
         c.objects_in_use =
             (c.alloc_fast + c.alloc_slow).wrapping_sub(c.free_fast + c.free_slow + c.free_remote);
         c.refill_own = e(Ev::RefillOwn);
         c.refill_partial = e(Ev::RefillPartial);
         c.refill_node = e(Ev::RefillNode);
-        c.slabs_allocated = e(Ev::SlabsNew);
-        c.slabs_freed = e(Ev::SlabsFreed);
+        c.slabs_allocated = e(Ev::SlabsNew) + on_node(&node.slabs_new);
+        c.slabs_freed = e(Ev::SlabsFreed) + on_node(&node.slabs_freed);
         c.slabs = c.slabs_allocated.wrapping_sub(c.slabs_freed);
         c.objects_total = c.slabs * c.objects_per_slab;
         c.thread_partial_slabs = e(Ev::ThreadPartial);
@@ -190,8 +205,13 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
+        large_cache_limit_bytes: g.large_cache_limit.load(Ordering::Relaxed),
+        large_cache_hits: g.large_cache_hits.load(Ordering::Relaxed),
         mmaps: crate::os::MMAPS.load(Ordering::Relaxed),
         purges: crate::os::PURGES.load(Ordering::Relaxed),
+        bytes_purged: crate::os::PURGED_BYTES.load(Ordering::Relaxed),
+        background_purges: g.background_purges.load(Ordering::Relaxed),
+        purger_starts: g.purger_starts.load(Ordering::Relaxed),
         threads_alive: alive,
         threads_exited: exited,
     };

@@ -169,6 +169,40 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
     }
 }
 
+/// Sleeps while `word` holds `expected`, at most `timeout_ns` (the
+/// background purger's wait; a `wake` or a changed word ends it early).
+#[cfg(not(loom))]
+pub fn wait_on(word: &AtomicU32, expected: u32, timeout_ns: u64) {
+    let _keep = crate::os::ErrnoGuard::save();
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned u32 and `ts` a valid relative
+    // timeout; FUTEX_WAIT only reads them.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+            0,
+            0,
+        );
+    }
+}
+
+/// Wakes every thread in `wait_on(word, ..)`.
+#[cfg(not(loom))]
+pub fn wake(word: &AtomicU32) {
+    futex(
+        word,
+        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+        i32::MAX as u32,
+    );
+}
+
 /// Keeps the stores before it ahead of the stores after it, as any observer
 /// sees them, including a child forked while this thread was between the
 /// two (see `fork`: the child repairs a half-done critical section and

@@ -19,6 +19,7 @@ static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
 mod alloc_basic;
 mod memory_lifecycle;
 mod random_ops;
+mod shared_slabs;
 mod stats_exact;
 mod threads;
 

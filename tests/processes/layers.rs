@@ -10,21 +10,33 @@ fn src() -> PathBuf {
 }
 
 /// The layer of each module, from the numbered list in `src/lib.rs`'s docs
-/// ("//! 3. `freelist`, `slab`: ..."; names in backticks before the colon).
+/// ("//! 3. `freelist`, `slab`: ..."; the names in backticks before the
+/// colon, which may come on the item's continuation lines).
 fn declared_layers() -> BTreeMap<String, usize> {
     let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
-    let mut layers = BTreeMap::new();
+    let mut items: Vec<(usize, String)> = Vec::new();
     for line in lib.lines() {
-        let Some(rest) = line.strip_prefix("//! ") else {
+        let Some(rest) = line.strip_prefix("//!") else {
             continue;
         };
-        let Some((number, names)) = rest.split_once(". ") else {
-            continue;
-        };
-        let Ok(layer) = number.parse::<usize>() else {
-            continue;
-        };
-        let names = names.split(':').next().unwrap();
+        let numbered = rest
+            .trim_start()
+            .split_once(". ")
+            .and_then(|(n, text)| Some((n.parse::<usize>().ok()?, text)));
+        match numbered {
+            Some((layer, text)) => items.push((layer, text.to_string())),
+            None if rest.starts_with("    ") => {
+                if let Some((_, text)) = items.last_mut() {
+                    text.push(' ');
+                    text.push_str(rest.trim());
+                }
+            }
+            None => {}
+        }
+    }
+    let mut layers = BTreeMap::new();
+    for (layer, text) in items {
+        let names = text.split(':').next().unwrap();
         for name in names.split('`').skip(1).step_by(2) {
             layers.insert(name.to_string(), layer);
         }

@@ -8,6 +8,7 @@
 
 mod common;
 
+mod background_purge;
 mod demo;
 mod freelist_order;
 mod heap_profile;

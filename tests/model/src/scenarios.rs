@@ -151,6 +151,38 @@ fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
     }
 }
 
+/// A free by a thread that does not own the slab, as
+/// `release::free_unowned` does it: a push if the slab is OWNED; under the
+/// node lock if it is LISTED (looking again once the lock is held); the
+/// claim of a FULL slab, which the freer adopts (the model's slabs have no
+/// last owner here). Returns whether the freer adopted the slab.
+fn free_unowned(node: &Node, slab: &Slab, p: usize) -> bool {
+    loop {
+        match slab.push_remote(p as *mut u8, OTHER, false) {
+            Push::Pushed => return false,
+            Push::NotOwned(State::Listed) => {
+                node.lock.lock();
+                if slab.state() != State::Listed {
+                    node.lock.unlock();
+                    continue;
+                }
+                assert!(!node.free_listed(slab, p as *mut u8, false));
+                node.lock.unlock();
+                return false;
+            }
+            Push::NotOwned(State::Full) => {
+                if !slab.try_claim_full(p as *mut u8) {
+                    continue;
+                }
+                assert_eq!(slab.last_owner.get(), 0);
+                slab.adopt(OTHER);
+                return true;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn remote_frees_reach_the_owner_while_it_frees_and_collects() {
     explore(|| {
@@ -271,22 +303,7 @@ fn a_take_from_the_node_races_a_free_into_the_listed_slab() {
         node.lock.unlock();
         let n = node.clone();
         // The freer, as `free_unowned`: push if owned, else under the lock.
-        let freer = thread::spawn(move || loop {
-            match slab.push_remote(a as *mut u8, OTHER, false) {
-                Push::Pushed => return,
-                Push::NotOwned(State::Listed) => {
-                    n.lock.lock();
-                    if slab.state() != State::Listed {
-                        n.lock.unlock();
-                        continue;
-                    }
-                    assert!(!n.free_listed(slab, a as *mut u8, false));
-                    n.lock.unlock();
-                    return;
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        });
+        let freer = thread::spawn(move || assert!(!free_unowned(&n, slab, a)));
         // The taker, as `take_from_node`.
         node.lock.lock();
         let first = node.first();
@@ -302,5 +319,64 @@ fn a_take_from_the_node_races_a_free_into_the_listed_slab() {
         assert_eq!(node.nr_partial.load(Ordering::Relaxed), 0);
         assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
         assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
+    });
+}
+
+#[test]
+fn a_cold_allocation_from_a_shared_slab_races_a_free_into_it() {
+    explore(|| {
+        let s = Scenario::new();
+        let slab = s.slab();
+        let node = Arc::new(Node::new());
+        // A fresh shared slab, three of its four objects handed out to
+        // cold allocations (`shared::take_shared`).
+        node.lock.lock();
+        node.add_fresh(slab, class());
+        let taken: Vec<usize> = (0..3).map(|_| node.take_object().0 as usize).collect();
+        node.lock.unlock();
+        assert_eq!(slab.state(), State::Listed);
+        let a = taken[0];
+        let n = node.clone();
+        // The freer of `a`, as `free_unowned`: under the node lock while
+        // LISTED; if the slab went FULL meanwhile, its first free claims it
+        // and (no last owner) adopts it.
+        let freer = thread::spawn(move || free_unowned(&n, slab, a));
+        // Another thread's cold allocation: the last free object.
+        node.lock.lock();
+        let (d, fresh) = node.take_object();
+        node.lock.unlock();
+        let adopted = freer.join().unwrap();
+        let d = d as usize;
+        assert_ne!(d, 0);
+        if d == a {
+            // The free came first and the take reused `a`.
+            assert!(!fresh && !adopted);
+        } else {
+            assert!(fresh && !taken.contains(&d), "the uncarved object, once");
+        }
+        let mut free = BTreeSet::new();
+        node.lock.lock();
+        collect(slab.local_free.get(), &mut free);
+        if adopted {
+            // The take emptied the slab first: it went FULL, then the free
+            // claimed it.
+            assert!(fresh);
+            assert_eq!(free, BTreeSet::from([a]));
+            assert_eq!(slab.state(), State::Owned);
+            assert_eq!(slab.owner.load(Ordering::Relaxed), OTHER);
+            assert_eq!(node.nr_partial.load(Ordering::Relaxed), 0);
+            assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
+        } else {
+            // The free came first, or after the take if it took `a` back.
+            assert_eq!(slab.state(), State::Listed);
+            assert_eq!(slab.uncarved() as usize + free.len(), 1);
+            assert_eq!(node.nr_partial.load(Ordering::Relaxed), 1);
+            assert_eq!(node.free_objects.load(Ordering::Relaxed), 1);
+            assert_eq!(node.frees_listed.load(Ordering::Relaxed), 1);
+        }
+        assert_eq!(slab.inuse.get(), 3);
+        assert_eq!(node.allocs_listed.load(Ordering::Relaxed), 4);
+        slab.check();
+        node.lock.unlock();
     });
 }
