@@ -34,9 +34,7 @@ static void *worker(void *arg) {
     if (!held)
         abort();
     while (used < budget && n < cap) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
+        next_rand(&s);
         size_t size = 16 + s % 497;
         char *p = malloc(size);
         if (!p)

@@ -31,9 +31,7 @@ static void *worker(void *arg) {
     void *mine[1024];
     long kept = 0, given = 0;
     for (long i = 0; i < allocs; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
+        next_rand(&s);
         size_t size = 16 + s % 497;
         char *p = malloc(size);
         if (!p)
