@@ -93,9 +93,14 @@ WORKLOADS = {
     "live_threads": ("{bin}/live_threads {n} 4", (200, 1000, 4000), 1),
     "idle_purge": ("{bin}/idle_purge {n} 1000 2", (64, 256, 512), 1),
     "large_replace": ("{bin}/large_replace {n} 20 5 25", (20, 100, 300), 1),
+    # Four threads whatever the machine: server churn of mixed sizes with
+    # requests passed round a ring of workers; a random stress on one shared
+    # table of blocks (frees of any thread's blocks, small and large).
+    "churn": ("{bin}/churn 4 {n} 2000", (100000, 1000000, 4000000), 1),
+    "stress": ("{bin}/stress 4 {n} 10000", (100000, 1000000, 3000000), 1),
 }
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300}, "small": {"gen": 10, "ms": 1000}, "full": {"gen": 20, "ms": 2000}}
-BENCH_WORKLOADS = "msgpass,larson,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,large_replace"
+BENCH_WORKLOADS = "msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,large_replace"
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
