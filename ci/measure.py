@@ -237,7 +237,12 @@ def build(v, what):
         v.version = git("rev-parse", "--short", f"{v.rev}^{{commit}}")
     env = dict(os.environ)
     env["RUSTFLAGS"] = " ".join([env.get("RUSTFLAGS", "")] + [f"--cfg {c}" for c in v.cfgs]).strip()
-    target = os.path.join(ROOT, TREE)
+    # One target directory per source tree and build configuration: the
+    # preload library has the same file name in every build, so a target
+    # directory shared between trees hands the last one built to a tree
+    # whose build cargo finds fresh (the working tree measured as HEAD).
+    config = "+".join(["worktree" if v.rev is None else v.version] + v.cfgs + v.features)
+    target = os.path.join(ROOT, TREE, "build", re.sub(r"[^A-Za-z0-9_.+-]", "_", config))
     common = ["--release", "--manifest-path", os.path.join(tree, "Cargo.toml"), "--target-dir", target]
     kind, _, name = what.partition(":")
     say(f"building {v.label} ({v.version}{', ' + env['RUSTFLAGS'] if env['RUSTFLAGS'] else ''}): {what}")
