@@ -7,13 +7,15 @@
 //!
 //! Loads (criterion groups):
 //! - `pair/SIZE`: one alloc + write one byte + dealloc, sizes 8 B .. 100 KB.
+//! - `random_pairs`: the same over 4096 sizes of 8 B .. 4 KiB drawn by
+//!   `rand` from the printed seed (`SLUBMALLOC_BENCH_SEED` repeats a run).
 //! - `batch_lifo/SIZE`, `batch_fifo/SIZE`: 1000 allocations, then 1000 frees
 //!   in reverse (LIFO) or allocation (FIFO) order.
 //! - `realloc_growth`: 8 B doubled by realloc up to 1 MiB, then freed.
 //! - `remote_free/SIZE`: one thread allocates and hands batches of 256 blocks
 //!   to a second thread that frees them (every free is a cross-thread free).
 //!
-//! Run: `cargo bench --bench alloc -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p slubmalloc-benches --bench alloc -- --warm-up-time 1 --measurement-time 3`
 //! (a criterion filter such as `pair/` selects groups).
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -83,6 +85,27 @@ fn bench_pairs(c: &mut Criterion) {
             });
         });
     }
+    g.finish();
+}
+
+/// Alloc + free pairs cycling through a table of random sizes, so that the
+/// size class changes from one pair to the next.
+fn bench_random_pairs(c: &mut Criterion) {
+    let layouts: Vec<Layout> = slubmalloc_benches::random_sizes(1, 4096, 4096)
+        .into_iter()
+        .map(layout)
+        .collect();
+    let mut g = c.benchmark_group("random_pairs");
+    g.throughput(Throughput::Elements(layouts.len() as u64));
+    for_each_allocator!(|name, a| {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                for &l in &layouts {
+                    pair(a, black_box(l));
+                }
+            })
+        });
+    });
     g.finish();
 }
 
@@ -224,6 +247,7 @@ fn bench_remote(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_pairs,
+    bench_random_pairs,
     bench_batches,
     bench_realloc,
     bench_remote

@@ -2,16 +2,17 @@
 //! shared counter cost hackbench 13%, a per-CPU one nothing).
 //!
 //! The same two loads, built twice: with the per-thread event counters (the
-//! default) and with them compiled out (`--features bench-no-counters`):
+//! default) and with them compiled out (`RUSTFLAGS="--cfg slubmalloc_bench_no_counters"`):
 //! - `pairs`: one thread, alloc + free pairs over four small sizes;
 //! - `prodcons`: one thread allocates 64 B blocks and hands them in batches
 //!   to a second thread that frees them (remote frees, the slow paths).
 //!
-//! A feature cannot change inside one binary, so the comparison in one run
-//! is `ci/counters_cost.sh`: it builds this bench into two target dirs and
-//! runs the two binaries interleaved in raw mode (`counters --raw LOAD N`,
-//! which prints one timing line instead of running criterion), then counts
-//! instructions of both under callgrind. Run as a criterion bench it times
+//! A cfg cannot change inside one binary, so the comparison in one run is
+//! `ci/measure.py --build bench:counters` (the README has the line): it
+//! builds this bench for both variants, runs the two binaries interleaved
+//! in raw mode (`counters --raw LOAD N`, which prints one timing line
+//! instead of running criterion), then counts instructions of both under
+//! callgrind. Run as a criterion bench it times
 //! whichever build it is, under the id `counters_on` or `counters_off`.
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -24,7 +25,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 
 static SLUB: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
 
-const BUILD: &str = if cfg!(feature = "bench-no-counters") {
+const BUILD: &str = if cfg!(slubmalloc_bench_no_counters) {
     "counters_off"
 } else {
     "counters_on"
@@ -90,7 +91,7 @@ fn prodcons(n: u64) -> Duration {
     start.elapsed()
 }
 
-/// Raw mode for ci/counters_cost.sh: one timed run, one line on stdout:
+/// Raw mode for ci/measure.py: one timed run, one line on stdout:
 /// `BUILD LOAD N SECONDS NS_PER_OP FAST_PATH_ALLOCS_COUNTED`.
 fn raw(load: &str, n: u64) {
     let elapsed = match load {

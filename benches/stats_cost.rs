@@ -12,7 +12,7 @@
 //! For contrast the same group times `walk()`, the test-only recount that
 //! visits every slab: it grows with the slab count, `stats()` must not.
 //!
-//! Run: `cargo bench --bench stats_cost -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p slubmalloc-benches --bench stats_cost -- --warm-up-time 1 --measurement-time 3`
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;

@@ -109,7 +109,7 @@ if [ "${1:-}" = coverage ]; then
     others=()
     for exe in "${exes[@]:1}"; do others+=(-object "$exe"); done
     "$bin/llvm-cov" report "${exes[0]}" "${others[@]}" -instr-profile="$out/all.profdata" \
-        --ignore-filename-regex='/rustc/|/.cargo/|/registry/|fuzz_targets|tests/model' | tee "$out/report.txt"
+        --ignore-filename-regex='/rustc/|/.cargo/|/registry/|fuzz_targets|tests/ops_model' | tee "$out/report.txt"
     exit 0
 fi
 

@@ -41,7 +41,7 @@ fn main() {
     let size: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(64);
     let l = Layout::from_size_align(size, 8).expect("layout");
     // Blocks of the same size kept live, so that the slab never becomes
-    // empty at each free (as in ci/callgrind.sh's C loop).
+    // empty at each free (as in ci/callgrind.sh's C loop, benches/c/pairs.c).
     // SAFETY: non-zero size; each block is freed once with `l`.
     let keep: Vec<*mut u8> = (0..16).map(|_| unsafe { alloc(l) }).collect();
     pairs(n, black_box(l));

@@ -1,6 +1,6 @@
 //! Holds exactly K live blocks of SIZE bytes when it exits, with slubmalloc as
 //! the global allocator: what `SLUBMALLOC_STATS` should then report for that
-//! size class (tests/stats_dump.rs builds and runs it).
+//! size class (tests/processes/stats_dump.rs builds and runs it).
 //!
 //! ```text
 //! cargo run --release --example hold_blocks -- 10 20480

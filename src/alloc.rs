@@ -4,11 +4,13 @@
 
 use core::ptr;
 
+use crate::fastpath;
 use crate::large::{self, Freed};
 use crate::os;
+use crate::profile;
+use crate::release;
 use crate::segment;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
-use crate::thread_heap;
 
 /// `malloc(size)`: 16-byte aligned from 16 bytes up, 8-byte below.
 #[cfg_attr(not(feature = "override"), allow(dead_code))]
@@ -16,7 +18,7 @@ use crate::thread_heap;
 pub fn malloc(size: usize) -> *mut u8 {
     // Up to 1 KiB, the common case, straight through: a compare and the table.
     if size <= size_class::LOOKUP_MAX {
-        thread_heap::alloc_scaled(size_class::scaled_class_by_table(size), size, 16)
+        fastpath::alloc_scaled(size_class::scaled_class_by_table(size), size, 16)
     } else {
         malloc_above_table(size)
     }
@@ -27,9 +29,9 @@ pub fn malloc(size: usize) -> *mut u8 {
 #[inline(never)]
 fn malloc_above_table(size: usize) -> *mut u8 {
     if size <= MAX_SMALL_BYTES {
-        thread_heap::alloc(size_class::class_by_log(size), size, 16)
+        fastpath::alloc(size_class::class_by_log(size), size, 16)
     } else {
-        large::alloc(size, 16, false)
+        alloc_large(size, 16, false)
     }
 }
 
@@ -40,27 +42,49 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
     // 16-byte aligned, so up to that alignment the table decides.
     let want = size.max(align);
     if want <= size_class::LOOKUP_MAX && align <= 16 {
-        return thread_heap::alloc_scaled(size_class::scaled_class_by_table(want), size, align);
+        return fastpath::alloc_scaled(size_class::scaled_class_by_table(want), size, align);
     }
     match class_for(size, align) {
-        Some(class) => thread_heap::alloc(class, size, align),
-        None => large::alloc(size, align, false),
+        Some(class) => fastpath::alloc(class, size, align),
+        None => alloc_large(size, align, false),
     }
 }
 
 /// Zeroed allocation. Large blocks fresh from mmap are not cleared again.
+/// Inlined into Rust's `__rust_alloc_zeroed`, so that a heap profile's
+/// stacks start at its caller (see `profile::capture_stack`).
+#[cfg_attr(not(feature = "override"), inline)]
 pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
         Some(class) => {
-            let p = thread_heap::alloc(class, size, align);
+            let p = fastpath::alloc(class, size, align);
             if !p.is_null() {
                 // SAFETY: `p` holds at least `size` bytes.
                 unsafe { ptr::write_bytes(p, 0, size) };
             }
             p
         }
-        None => large::alloc(size, align, true),
+        None => alloc_large(size, align, true),
     }
+}
+
+/// A large block, counted down by the heap profile. A thread whose first
+/// blocks are large gets its heap (and countdown) now when profiling. No
+/// allocator lock is held here, so the background purger may start
+/// (`background`). Out of line: inlined, it made `__rust_alloc` save
+/// registers on the fast path (ci/callgrind.sh: Rust pair 91 -> 95
+/// instructions).
+#[inline(never)]
+fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
+    crate::background::start_if_wanted();
+    let p = large::alloc(size, align, zero);
+    if !p.is_null() {
+        if crate::tls::current() == crate::heap::EMPTY && profile::enabled() {
+            crate::init::create_heap();
+        }
+        profile::count_large(p, size, alloc_large as *const () as usize);
+    }
+    p
 }
 
 /// Frees any pointer, null included (a no-op); stops the process with a
@@ -73,7 +97,7 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 pub unsafe fn free(p: *mut u8) {
     if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
-        unsafe { thread_heap::free(p) }
+        unsafe { fastpath::free(p) }
     } else if !p.is_null() {
         free_large(p)
     }
@@ -90,7 +114,7 @@ pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
     // red zone makes them bigger), so those ask the segment map.
     if size.max(align) <= MAX_SMALL_BYTES - crate::debug::EXTRA_BYTES {
         // SAFETY: such a layout is always served from a slab.
-        unsafe { thread_heap::free(p) }
+        unsafe { fastpath::free(p) }
     } else {
         // SAFETY: per the contract.
         unsafe { free(p) }
@@ -100,6 +124,7 @@ pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
 #[cold]
 #[inline(never)]
 fn free_large(p: *mut u8) {
+    profile::free_large(p);
     match large::free(p) {
         Freed::Ok => {}
         Freed::DoubleFree => os::fatal("double free of a large block", p as usize),
@@ -117,7 +142,7 @@ fn free_large(p: *mut u8) {
 pub unsafe fn usable_size(p: *mut u8) -> usize {
     if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
-        unsafe { thread_heap::usable_size(p) }
+        unsafe { fastpath::usable_size(p) }
     } else {
         match large::usable_size(p) {
             Some(n) => n,
@@ -128,17 +153,19 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
 
 /// Resizes `p` to `new_size` bytes at `align`: in place when the size class
 /// stays the same, with mremap for large blocks, else allocate-copy-free.
-/// Null (errno ENOMEM) leaves `p` intact.
+/// Null (errno ENOMEM) leaves `p` intact. Inlined into `__rust_realloc`,
+/// as `alloc_zeroed` is.
 ///
 /// # Safety
 /// `p` is a live block of ours allocated with alignment `align`.
+#[cfg_attr(not(feature = "override"), inline)]
 pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     let old_size = if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
-        let class = unsafe { thread_heap::class_of_ptr(p) };
+        let class = unsafe { fastpath::class_of_ptr(p) };
         if crate::debug::enabled() {
             // SAFETY: as above; the red zone moves with the size, so no in-place.
-            unsafe { thread_heap::usable_size(p) }
+            unsafe { fastpath::usable_size(p) }
         } else if class_for(new_size, align) == Some(class) {
             return p;
         } else {
@@ -147,6 +174,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     } else {
         if align <= os::PAGE_BYTES {
             if let Some(q) = large::realloc(p, new_size) {
+                profile::realloc_large(p, q, new_size);
                 return q;
             }
         }
@@ -169,7 +197,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 /// Gives back all the memory we can: the calling thread's slabs go to the
 /// node lists, free slabs and cached large blocks to the kernel.
 pub fn trim() {
-    thread_heap::flush_current();
+    release::flush_current();
     segment::purge_now();
     large::purge_cache(u64::MAX);
 }

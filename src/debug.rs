@@ -11,12 +11,11 @@
 //! `[n user bytes][red zone, at least 1 byte of RED][n as a u64]`. A free
 //! block is `[link][POISON ...]`. Large blocks get no red zone.
 
-use crate::large;
+use crate::freelist::{get_next, link_is_sane};
 use crate::os;
 use crate::segment::slab_of;
 use crate::size_class::class_for;
-use crate::slab::{get_next, link_is_sane, Slab};
-use crate::thread_heap;
+use crate::slab::Slab;
 
 const RED: u8 = 0xbb;
 const POISON: u8 = 0x6b;
@@ -26,23 +25,22 @@ pub const EXTRA_BYTES: usize = 1 + SIZE_WORD;
 /// The link word at the start of a free block is not poisoned.
 const LINK_WORD: usize = 8;
 
+/// Whether debug mode is on (`SLUBMALLOC_DEBUG=1`).
 #[inline]
 pub fn enabled() -> bool {
     crate::options::get().debug
 }
 
-/// A debug allocation: a bigger slot, poison checked, red zone armed.
-pub fn alloc(size: usize, align: usize) -> *mut u8 {
-    let class = size
-        .checked_add(EXTRA_BYTES)
-        .and_then(|need| class_for(need, align));
-    let Some(class) = class else {
-        return large::alloc(size, align, false);
-    };
-    let p = thread_heap::alloc_in_slow_path(class);
-    if p.is_null() {
-        return p;
-    }
+/// The class of the slot a debug block of `size` bytes at `align` takes, or
+/// None if it needs a large block.
+pub fn slot_class(size: usize, align: usize) -> Option<usize> {
+    size.checked_add(EXTRA_BYTES)
+        .and_then(|need| class_for(need, align))
+}
+
+/// Arms a debug block just allocated in a slot of its `slot_class`: checks
+/// the poison of the free slot and writes the red zone and the size word.
+pub fn arm(p: *mut u8, size: usize) {
     // SAFETY: `p` is a live slot of a slab; its descriptor is mapped.
     let slot = unsafe { (*slab_of(p)).size.get() } as usize;
     check_poison(p, slot);
@@ -51,7 +49,6 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
         core::ptr::write_bytes(p.add(size), RED, slot - SIZE_WORD - size);
         (p.add(slot - SIZE_WORD) as *mut u64).write_unaligned(size as u64);
     }
-    p
 }
 
 /// Checks the red zone of a block being freed and poisons it. A block whose
@@ -79,11 +76,17 @@ pub fn on_free(slab: &Slab, p: *mut u8) {
 /// Poisons freshly carved objects, so that their first use checks clean.
 pub fn poison_list(mut obj: *mut u8, slot: usize) {
     while !obj.is_null() {
-        // SAFETY: `obj` is a free object of `slot` bytes that we own.
-        unsafe { core::ptr::write_bytes(obj.add(LINK_WORD), POISON, slot - LINK_WORD) };
-        // SAFETY: as above.
+        poison(obj, slot);
+        // SAFETY: `obj` is a free object that we own.
         obj = unsafe { get_next(obj) };
     }
+}
+
+/// Poisons one freshly carved object of `slot` bytes (all but its first
+/// word), so that its first use checks clean.
+pub fn poison(obj: *mut u8, slot: usize) {
+    // SAFETY: `obj` is an object of `slot` bytes that the caller holds.
+    unsafe { core::ptr::write_bytes(obj.add(LINK_WORD), POISON, slot - LINK_WORD) };
 }
 
 fn check_poison(p: *mut u8, slot: usize) {

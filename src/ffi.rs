@@ -3,7 +3,7 @@
 //! including glibc's own internal `__libc_*` calls. Semantics and errno follow
 //! glibc 2.36 as measured (the `errno` group of tests/c/preload_contract.c
 //! prints a table of every entry point, compared with glibc's by
-//! tests/preload_contract.rs): NULL with errno ENOMEM for impossible sizes;
+//! tests/processes/preload_contract.rs): NULL with errno ENOMEM for impossible sizes;
 //! EINVAL for an alignment above 2^63 (memalign, aligned_alloc); posix_memalign
 //! returns EINVAL without touching errno but returns ENOMEM *and* sets errno to
 //! it; success, `free` and `malloc_usable_size` keep errno; `realloc(p, 0)`
@@ -110,7 +110,7 @@ pub unsafe extern "C" fn posix_memalign(
 /// glibc 2.36's aligned_alloc is its memalign: an alignment that is not a
 /// power of two (0 included) is rounded up, not refused. glibc 2.38 refuses
 /// those with EINVAL (C17 allows either); we follow the glibc we replace on
-/// Debian 12, which tests/preload_contract.rs measures.
+/// Debian 12, which tests/processes/preload_contract.rs measures.
 #[no_mangle]
 pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
     memalign(align, size)
@@ -167,10 +167,10 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
 /// Returns 1 if memory went back to the kernel, as glibc does.
 #[no_mangle]
 pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
-    let g = crate::stats::global();
+    let g = crate::counters::global();
     let released = || {
         (
-            g.purges.load(core::sync::atomic::Ordering::Relaxed),
+            crate::os::PURGES.load(core::sync::atomic::Ordering::Relaxed),
             g.segments.load(core::sync::atomic::Ordering::Relaxed)
                 + g.large_mapped.load(core::sync::atomic::Ordering::Relaxed),
         )

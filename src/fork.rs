@@ -48,7 +48,7 @@ use crate::sync::{AtomicU32, Ordering};
 /// Whether the process had other threads when it last entered fork.
 static PARENT_THREADED: AtomicU32 = AtomicU32::new(0);
 
-/// Registers the handlers; once per process, from `thread_heap`'s init.
+/// Registers the handlers; once per process, from `init`.
 pub fn install() {
     // SAFETY: plain functions that never unwind; they wait for no lock that
     // another thread can hold (the child's repairs run alone).
@@ -78,6 +78,8 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn child() {
+    // The parent's purger, if it had one, is not in the child.
+    crate::purge::reset_in_child();
     if PARENT_THREADED.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -85,6 +87,10 @@ extern "C" fn child() {
     crate::segment::repair_in_child();
     crate::large::repair_in_child();
     crate::node::rebuild_in_child();
-    crate::thread_heap::repair_registry_in_child();
-    crate::thread_heap::repair_orphan_in_child();
+    crate::heap::repair_registry_in_child();
+    crate::heap::repair_orphan_in_child();
+    if crate::prof_table::PROF_LOCK.is_locked() {
+        crate::heap::replace_prof_in_child();
+        crate::prof_table::reset_in_child();
+    }
 }

@@ -1,56 +1,146 @@
 //! slubmalloc: a general-purpose memory allocator built the way the Linux
-//! kernel's SLUB allocator is built, with statistics that are exact and free.
+//! kernel's SLUB allocator is built, with statistics that are exact and free:
+//! every counter is kept as the allocator runs, in per-thread blocks written
+//! without a locked instruction, and reading them costs O(threads), never a
+//! walk of any list.
+//!
+//! # Use it from Rust
 //!
 //! ```no_run
 //! #[global_allocator]
 //! static GLOBAL: slubmalloc::SlubMalloc = slubmalloc::SlubMalloc;
 //!
 //! fn main() {
-//!     let v: Vec<u64> = (0..1000).collect();
+//!     let v: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
 //!     for c in slubmalloc::stats().caches().filter(|c| c.objects_in_use > 0) {
-//!         println!("{} B: {} in use", c.object_size, c.objects_in_use);
+//!         println!("{:>6} B: {} in use in {} slabs", c.object_size, c.objects_in_use, c.slabs);
 //!     }
 //!     drop(v);
 //! }
 //! ```
 //!
-//! Shape (see DESIGN in the repository): thread heaps (per class an active
-//! slab and a short partial list) -> node partial lists (per class, locked,
-//! exact counters) -> segments (4 MiB aligned mappings of 64 KiB slabs).
-//! Blocks above 32 KiB get their own mappings.
+//! [`stats()`] returns a snapshot: [`Stats::caches`] yields one [`CacheStats`]
+//! per size class, [`Stats::totals`] has bytes in use, mapped and resident,
+//! large blocks, threads. `Stats` implements `Display` (a table, one row per
+//! size class in use) and [`Stats::to_json`]. [`trim()`] gives free memory
+//! back to the kernel at once.
 //!
-//! Layers, each using only those above it in this list: `os`, `sync`, `fmt`
-//! -> `size_class`, `segment`, `slab` -> `node`, `thread_heap`, `large` ->
-//! `alloc`, `stats`, `walk`, `report`, `fork` -> this file and `ffi`.
+//! # A one-line summary
+//!
+//! For a log line or a metrics exporter, [`Stats::summary`] gives the totals
+//! under the names jemalloc-ctl uses where they mean the same thing
+//! (`allocated`, `active`; see [`Summary`] for `mapped` and `rss`), and the
+//! alternate form of `Display` writes them on one line:
+//!
+//! ```
+//! let s = slubmalloc::stats();
+//! let line = format!("{s:#}"); // allocated=N active=N mapped=N rss=N (bytes)
+//! assert!(line.starts_with("allocated=") && !line.contains('\n'));
+//! assert_eq!(s.summary().allocated, s.totals.bytes_in_use);
+//! ```
+//!
+//! # Environment variables
+//!
+//! A program that uses the crate as its global allocator reads the same
+//! variables as the preload library, once, from `environ`, without
+//! allocating (the table is [`ENVIRONMENT_VARIABLES`]). `SLUBMALLOC_STATS=1`
+//! (or `json`) prints the report when the program exits normally (a Rust
+//! `main` that returns or `std::process::exit`; not an abort);
+//! `SLUBMALLOC_STATS_SIGNAL=USR2` writes one on a signal;
+//! `SLUBMALLOC_DEBUG=1` turns on red zones and poisoning for small blocks.
+//! Debug mode sees what reaches memory by the time the allocator looks: a
+//! red zone (from the end of the request to the end of the slot) overwritten
+//! when the block is freed, a freed block written before it is handed out
+//! again. It cannot see a store the compiler removed (an out-of-bounds
+//! write is undefined behaviour, and the optimiser may drop it), a read out
+//! of bounds, an overflow of a block that is never freed, a store that skips
+//! the red zone into another live block, or any overflow of a large block
+//! (more than 32 KiB with the red zone: no red zone).
+//!
+//! # Any program, by LD_PRELOAD
+//!
+//! The repository's `preload` package builds `libslubmalloc.so`, which
+//! exports the C malloc family (the `override` feature): `cargo build
+//! --release --features override` in a clone, then
+//! `LD_PRELOAD=target/release/libslubmalloc.so SLUBMALLOC_STATS=1 program`.
+//! A crate that depends on slubmalloc builds no shared library.
+//!
+//! # Shape
+//!
+//! Thread heaps (per class an active slab and a short partial list) -> node
+//! partial lists (per class, locked, exact counters) -> segments (4 MiB
+//! aligned mappings of 64 KiB slabs). Blocks above 32 KiB get their own
+//! mappings.
+//!
+//! Modules in layers, lowest first. A module uses only modules of its own
+//! layer or lower ones, and no import cycle spans more than three modules
+//! (both checked by `tests/processes/layers.rs`):
+//!
+//! 1. `fmt`, `os`, `sync`, `unwind`: formatting without allocating, every
+//!    system call, atomics, the lock and the store-order fence; call stacks.
+//! 2. `counters`, `options`, `size_class`, `purge`: counter cells, the
+//!    environment, size classes and the segment/slab geometry, the purge
+//!    deadline and the background purger's state.
+//! 3. `freelist`, `slab`, `segment`, `large`, `prof_table`: encoded free
+//!    lists; a slab's descriptor and life cycle; segments of slabs; large
+//!    blocks; the heap profile's stacks and live samples.
+//! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
+//!    their registry; the thread's heap pointer; debug mode's red zones.
+//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`: statistics snapshots
+//!    and reports; the verification walk; the fork handlers and the child's
+//!    repairs; the heap profile's file.
+//! 6. `fastpath`, `refill`, `release`, `init`, `profile`, `background`,
+//!    `shared`: the fast paths; the allocation and free slow paths; process
+//!    and thread start and end; heap profile sampling; the background purger
+//!    thread; cold classes served from shared slabs.
+//! 7. `alloc`: routing a request to a class or a large block.
+//! 8. `ffi`, `nightly`: the C malloc family (feature `override`); the
+//!    nightly `Allocator` trait (feature `nightly`); and this file.
 
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 mod alloc;
+mod background;
+mod counters;
 mod debug;
+mod fastpath;
+#[cfg(feature = "override")]
+mod ffi;
 mod fmt;
 mod fork;
+mod freelist;
+mod heap;
+mod init;
 mod large;
+#[cfg(feature = "nightly")]
+mod nightly;
 mod node;
 mod options;
 mod os;
+mod prof_table;
+mod prof_write;
+mod profile;
+mod purge;
+mod refill;
+mod release;
 mod report;
 mod segment;
+mod shared;
 mod size_class;
 mod slab;
 mod stats;
 mod sync;
-mod thread_heap;
 mod tls;
+mod unwind;
 mod walk;
-
-#[cfg(feature = "override")]
-mod ffi;
 
 use core::alloc::{GlobalAlloc, Layout};
 
 pub use options::TABLE as ENVIRONMENT_VARIABLES;
 pub use size_class::{MAX_SMALL_BYTES, NUM_CLASSES};
-pub use stats::{stats, CacheStats, Stats, Totals};
+pub use stats::{stats, CacheStats, Stats, Summary, Totals};
 pub use walk::{check_stats, walk, Walk, WalkedCache};
 
 /// The allocator. Use it as `#[global_allocator]`.
@@ -105,4 +195,26 @@ pub fn class_size(size: usize) -> Option<usize> {
 pub unsafe fn usable_size(ptr: *mut u8) -> usize {
     // SAFETY: per the contract.
     unsafe { alloc::usable_size(ptr) }
+}
+
+/// Whether the heap profile is on (`SLUBMALLOC_PROF=1` in the environment).
+pub fn heap_profile_enabled() -> bool {
+    profile::enabled()
+}
+
+/// Writes the heap profile now to `path` (created or truncated), in the
+/// format of gperftools' heap profiler with its `MAPPED_LIBRARIES:`
+/// section: `google-pprof --text PROGRAM PATH` reads it. Fails if
+/// profiling is off (`SLUBMALLOC_PROF=1` turns it on at start-up) or the
+/// file cannot be opened.
+pub fn write_heap_profile<P: AsRef<std::path::Path>>(path: P) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if !profile::enabled() {
+        return Err(std::io::Error::other(
+            "heap profiling is off (start the program with SLUBMALLOC_PROF=1)",
+        ));
+    }
+    let path = std::ffi::CString::new(path.as_ref().as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    prof_write::write_to_path(&path).map_err(std::io::Error::from_raw_os_error)
 }

@@ -1,18 +1,20 @@
 //! The node partial list of each size class: slabs nobody owns that have free
-//! objects, under one lock, with counters kept exact as slabs enter and leave
-//! (seed 000: statistics never walk this list).
+//! objects, under one lock, with counters kept exact as slabs enter and leave,
+//! so that statistics never walk the list (Linux's `count_partial()` did,
+//! and stalled machines with a million partial slabs).
 //!
-//! Placement (seed 001): nearly empty slabs go to the head, where the next
+//! Placement (SLUB's `add_partial` policy): nearly empty slabs go to the head, where the next
 //! refill takes them while they are cache-hot; fuller slabs, and slabs that
 //! became partial through a remote free (cache-cold), go to the tail.
 
-use core::cell::Cell;
 use core::ptr;
 
+use crate::freelist::{list_contains, set_next};
 use crate::segment;
+#[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{Slab, FREE, LISTED, REMOTE_LISTED};
-use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
+use crate::slab::{double_free, Slab, State};
+use crate::sync::{AtomicU64, AtomicUsize, Cell, Lock, Ordering};
 
 /// Empty slabs a node keeps before returning them to their segment. SLUB keeps
 /// 5..10 slabs of 4..32 KiB; ours are 64 KiB, so we keep fewer.
@@ -29,11 +31,20 @@ pub struct Node {
     /// Placement decisions, for the statistics.
     pub added_head: AtomicU64,
     pub added_tail: AtomicU64,
+    /// Events counted under the lock, for the statistics: objects handed
+    /// out from listed slabs to cold classes (`take_object`), frees into
+    /// listed slabs (`free_listed`), shared slabs taken from segments
+    /// (`add_fresh`), and slabs `free_listed` gave back to them.
+    pub allocs_listed: AtomicU64,
+    pub frees_listed: AtomicU64,
+    pub slabs_new: AtomicU64,
+    pub slabs_freed: AtomicU64,
 }
 
 // SAFETY: the Cell fields are touched only with `lock` held.
 unsafe impl Sync for Node {}
 
+#[cfg(not(loom))]
 pub static NODES: [Node; NUM_CLASSES] = [const { Node::new() }; NUM_CLASSES];
 
 /// The placement policy, a named function so it can be measured and changed:
@@ -52,8 +63,17 @@ fn bump(c: &AtomicUsize, n: isize) {
     );
 }
 
-impl Node {
-    const fn new() -> Self {
+/// Counts one event in a counter that only lock holders write.
+#[inline]
+fn count(c: &AtomicU64) {
+    // Relaxed: written under the node lock only, read by `stats()` as a
+    // snapshot.
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// A node's initial value (loom's atomics are not made in const context).
+macro_rules! new_node {
+    () => {
         Node {
             lock: Lock::new(),
             head: Cell::new(ptr::null_mut()),
@@ -62,7 +82,23 @@ impl Node {
             free_objects: AtomicUsize::new(0),
             added_head: AtomicU64::new(0),
             added_tail: AtomicU64::new(0),
+            allocs_listed: AtomicU64::new(0),
+            frees_listed: AtomicU64::new(0),
+            slabs_new: AtomicU64::new(0),
+            slabs_freed: AtomicU64::new(0),
         }
+    };
+}
+
+impl Node {
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        new_node!()
+    }
+
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        new_node!()
     }
 
     /// Puts an unowned slab with free objects on the list. Lock held.
@@ -74,13 +110,44 @@ impl Node {
         } else {
             &self.added_head
         };
-        decisions.store(decisions.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        count(decisions);
+    }
+
+    /// Lists a slab fresh from its segment, for cold classes to share
+    /// (`Slab::init_listed`). Lock held.
+    pub fn add_fresh(&self, slab: &Slab, class: usize) {
+        slab.init_listed(class);
+        self.add(slab, false);
+        count(&self.slabs_new);
+    }
+
+    /// One object for a thread whose class is cold, from the listed slab at
+    /// the tail (the fullest: filling it lets the emptier ones at the head
+    /// drain and go back to their segment). Lock held. Returns null if the
+    /// list is empty, else the object and whether it was just carved. A
+    /// slab that hands out its last free object leaves the list as FULL: its
+    /// first free claims it, as any full slab's.
+    pub fn take_object(&self) -> (*mut u8, bool) {
+        let s = self.tail.get();
+        if s.is_null() {
+            return (ptr::null_mut(), false);
+        }
+        // SAFETY: list members are live; lock held.
+        let slab = unsafe { &*s };
+        let (p, fresh) = slab.take_listed_object();
+        bump(&self.free_objects, -1);
+        count(&self.allocs_listed);
+        if slab.inuse.get() == slab.objects.get() {
+            self.remove(slab);
+            slab.make_full_from_listed();
+        }
+        (p, fresh)
     }
 
     /// Links `slab` in at the head or the tail and counts it. Lock held.
     fn link(&self, slab: &Slab, at_tail: bool) {
+        debug_assert_eq!(slab.state(), State::Listed);
         let s = slab as *const Slab as *mut Slab;
-        slab.state.set(LISTED);
         if at_tail {
             slab.next.set(ptr::null_mut());
             slab.prev.set(self.tail.get());
@@ -132,9 +199,31 @@ impl Node {
         );
     }
 
-    /// One more free object on a listed slab. Lock held.
-    pub fn note_free(&self) {
+    /// Frees `p` into `slab`, LISTED on this node, lock held; `looks_free`
+    /// is `slab::looks_free(p)` read before any write into `p`. A slab that
+    /// empties goes back to its segment unless the node keeps it
+    /// (`should_discard_empty`); returns whether it went. Counts the free
+    /// (and the slab) in the node's counters.
+    pub fn free_listed(&self, slab: &Slab, p: *mut u8, looks_free: bool) -> bool {
+        debug_assert_eq!(slab.state(), State::Listed);
+        if looks_free && list_contains(slab.local_free.get(), p, slab.objects.get()) {
+            double_free(p);
+        }
+        // SAFETY: `p` is a live object the caller gives up; the slab's
+        // lists are ours under the node lock.
+        unsafe { set_next(p, slab.local_free.get()) };
+        slab.local_free.set(p);
+        slab.inuse.set(slab.inuse.get() - 1);
         bump(&self.free_objects, 1);
+        count(&self.frees_listed);
+        slab.check();
+        if slab.inuse.get() == 0 && self.should_discard_empty() {
+            self.remove(slab);
+            discard(slab);
+            count(&self.slabs_freed);
+            return true;
+        }
+        false
     }
 
     pub fn first(&self) -> *mut Slab {
@@ -163,17 +252,17 @@ impl Node {
 /// list whose lock such a thread held is built again from the slab
 /// descriptors, and its lock freed.
 ///
-/// A slab belongs on its node list exactly when it is in use in its segment,
-/// its `remote` word reads `REMOTE_LISTED` and its state is not FREE. A slab
-/// leaves the list for a heap when `take_from_node` stores `REMOTE_OWNED` in
-/// it (before that, listing it again is right: the lost thread never used
-/// it) and for its segment when `free_slab` makes it FREE; `Slab::init`
-/// stores `REMOTE_OWNED` before anything else, and the paths that list a
-/// slab (`release`, `release_empty`) store `REMOTE_LISTED` first. A slab
-/// caught in between is listed with the counts it has then, which never
+/// A slab belongs on its node list exactly when it is in use in its segment
+/// and its state is LISTED. A slab leaves the list for a heap when
+/// `Slab::take_listed` makes it OWNED (before that, listing it again is
+/// right: the lost thread never used it) and for its segment when
+/// `Slab::make_free` makes it FREE; a slab is made LISTED
+/// (`Slab::begin_listing`) before its lists are merged and it is linked. A
+/// slab caught in between is listed with the counts it has then, which never
 /// call an object in use free: at worst the child leaks the objects that the
 /// lost thread was moving between lists. The new list is in address order;
 /// counters are recomputed, placement counts kept.
+#[cfg(not(loom))]
 pub fn rebuild_in_child() {
     let mut held = [false; NUM_CLASSES];
     for (class, node) in NODES.iter().enumerate() {
@@ -190,12 +279,7 @@ pub fn rebuild_in_child() {
     }
     segment::for_each_slab(|slab| {
         let class = slab.class.get() as usize;
-        if slab.state.get() != FREE
-            && slab.remote.0.load(Ordering::Relaxed) == REMOTE_LISTED
-            && class < NUM_CLASSES
-            && held[class]
-        {
-            slab.owner.store(ptr::null_mut(), Ordering::Relaxed);
+        if slab.state() == State::Listed && class < NUM_CLASSES && held[class] {
             NODES[class].link(slab, true);
         }
     });
@@ -204,7 +288,8 @@ pub fn rebuild_in_child() {
     }
 }
 
-/// Gives an empty, unlisted, unowned slab back to its segment.
+/// Gives an empty, unlisted slab back to its segment. Node lock held.
 pub fn discard(slab: &Slab) {
+    slab.make_free();
     segment::free_slab(slab as *const Slab as *mut Slab);
 }

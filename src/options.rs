@@ -16,64 +16,133 @@ pub enum StatsMode {
 
 pub const PATH_MAX_BYTES: usize = 256;
 
+/// A file path from the environment; empty means none.
 #[derive(Clone, Copy)]
-pub struct Options {
-    pub stats: StatsMode,
-    /// Report destination; empty means stderr. `%p` is not yet expanded.
-    pub stats_file: [u8; PATH_MAX_BYTES],
-    pub stats_file_len: usize,
-    /// Signal that asks for a report (0: none).
-    pub stats_signal: i32,
-    pub purge_delay_ms: u64,
-    /// Red zones, poisoning and list checks (`debug.rs`).
-    pub debug: bool,
-    /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
-    pub freelist_random: bool,
+pub struct Path {
+    bytes: [u8; PATH_MAX_BYTES],
+    len: usize,
 }
 
-/// Name, default, meaning: the README's table is this table.
-pub const TABLE: &[(&str, &str, &str)] = &[
-    (
-        "SLUBMALLOC_STATS",
-        "off",
-        "`1`/`text`: statistics table on stderr at exit; `json`: one JSON document",
-    ),
-    (
-        "SLUBMALLOC_STATS_FILE",
-        "stderr",
-        "append the report to this file instead; `%p` becomes the process id",
-    ),
-    (
-        "SLUBMALLOC_STATS_SIGNAL",
-        "none",
-        "signal (`USR1`, `USR2`, or a number) that writes a report while running",
-    ),
-    (
-        "SLUBMALLOC_PURGE_DELAY_MS",
-        "100",
-        "delay before free slabs and cached large blocks go back to the kernel",
-    ),
-    (
-        "SLUBMALLOC_DEBUG",
-        "0",
-        "`1`: red zones checked on free, poisoned free blocks checked on reuse",
-    ),
-    (
-        "SLUBMALLOC_FREELIST_RANDOM",
-        "0",
-        "`1`: hand out a fresh slab's objects in a random order (costs locality)",
-    ),
-];
+impl Path {
+    const NONE: Path = Path::of(b"");
 
-const DEFAULT: Options = Options {
-    stats: StatsMode::Off,
-    stats_file: [0; PATH_MAX_BYTES],
-    stats_file_len: 0,
-    stats_signal: 0,
-    purge_delay_ms: 100,
-    debug: false,
-    freelist_random: false,
-};
+    /// A path from a literal (shorter than `PATH_MAX_BYTES`).
+    const fn of(literal: &[u8]) -> Path {
+        let mut bytes = [0; PATH_MAX_BYTES];
+        let mut i = 0;
+        while i < literal.len() {
+            bytes[i] = literal[i];
+            i += 1;
+        }
+        Path {
+            bytes,
+            len: literal.len(),
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Declares the options, one row each: the field of `Options` and its type,
+/// its default, the variable's name, the default and the meaning as the
+/// README's table shows them, and the parser (`fn(&[u8], &mut T) -> bool`,
+/// false for a bad value). From the rows it makes `Options`, `DEFAULT`,
+/// `TABLE` and `apply_named`.
+macro_rules! options {
+    ($(
+        $(#[doc = $doc:literal])*
+        $field:ident: $ty:ty = $default:expr,
+            $name:literal, $shown:literal, $meaning:literal, $parse:path;
+    )*) => {
+        #[derive(Clone, Copy)]
+        pub struct Options {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+        }
+
+        const DEFAULT: Options = Options { $( $field: $default, )* };
+
+        /// Name, default, meaning: the README's table is this table.
+        pub const TABLE: &[(&str, &str, &str)] = &[ $( ($name, $shown, $meaning), )* ];
+
+        /// Sets the option called `name` from `value`: None if there is no
+        /// such option, Some(false) for a bad value (the default is kept).
+        fn apply_named(o: &mut Options, name: &[u8], value: &[u8]) -> Option<bool> {
+            $(
+                if name == $name.as_bytes() {
+                    let mut v = o.$field;
+                    let ok = $parse(value, &mut v);
+                    if ok {
+                        o.$field = v;
+                    }
+                    return Some(ok);
+                }
+            )*
+            None
+        }
+    };
+}
+
+options! {
+    /// Report at exit.
+    stats: StatsMode = StatsMode::Off,
+        "SLUBMALLOC_STATS", "off",
+        "`1`/`text`: statistics table on stderr at exit; `json`: one JSON document",
+        parse_stats_mode;
+    /// Report destination; empty means stderr. `%p` is not yet expanded.
+    stats_file: Path = Path::NONE,
+        "SLUBMALLOC_STATS_FILE", "stderr",
+        "append the report to this file instead; `%p` becomes the process id",
+        parse_path;
+    /// Signal that asks for a report (0: none).
+    stats_signal: i32 = 0,
+        "SLUBMALLOC_STATS_SIGNAL", "none",
+        "signal (`USR1`, `USR2`, or a number) that writes a report while running",
+        parse_signal;
+    /// Delay before free memory goes back to the kernel.
+    purge_delay_ms: u64 = 100,
+        "SLUBMALLOC_PURGE_DELAY_MS", "100",
+        "delay before free slabs and cached large blocks go back to the kernel",
+        parse_u64;
+    /// The background purger thread (`background.rs`).
+    background_purge: bool = true,
+        "SLUBMALLOC_BACKGROUND_PURGE", "1",
+        "`0`: no background purger thread; free memory goes back only at later allocator calls",
+        parse_flag;
+    /// Red zones, poisoning and list checks (`debug.rs`).
+    debug: bool = false,
+        "SLUBMALLOC_DEBUG", "0",
+        "`1`: red zones checked on free, poisoned free blocks checked on reuse",
+        parse_flag;
+    /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
+    freelist_random: bool = false,
+        "SLUBMALLOC_FREELIST_RANDOM", "0",
+        "`1`: hand out a fresh slab's objects in a random order (costs locality)",
+        parse_flag;
+    /// Sampled heap profile (`profile.rs`).
+    prof: bool = false,
+        "SLUBMALLOC_PROF", "0",
+        "`1`: sampled heap profile, written at exit and on the signal (gperftools format)",
+        parse_flag;
+    /// Mean bytes allocated between two samples.
+    prof_rate: u64 = 512 * 1024,
+        "SLUBMALLOC_PROF_RATE", "524288",
+        "mean bytes allocated between two samples (exponential intervals), 1 to 2^40",
+        parse_prof_rate;
+    /// Profile destination; `%p` and `%n` are not yet expanded.
+    prof_file: Path = Path::of(b"slubmalloc.%p.heap"),
+        "SLUBMALLOC_PROF_FILE", "slubmalloc.%p.heap",
+        "where the profile goes (rewritten each time); `%p`: process id, `%n`: dump number",
+        parse_path;
+}
+
+/// `SLUBMALLOC_PROF_RATE`'s bounds: one byte (every allocation) to 1 TiB.
+pub const PROF_RATE_MAX: u64 = 1 << 40;
 
 static STATE: AtomicU32 = AtomicU32::new(0);
 
@@ -105,8 +174,11 @@ fn init() {
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
         .is_err()
     {
+        // Another thread is parsing `environ`: spin, then yield (a blocking
+        // once-cell would park through std's thread handle, which allocates).
+        let backoff = crossbeam_utils::Backoff::new();
         while STATE.load(Ordering::Acquire) != 2 {
-            core::hint::spin_loop();
+            backoff.snooze();
         }
         return;
     }
@@ -147,55 +219,30 @@ fn parse_environ() -> Options {
 }
 
 fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
-    let ok = match name {
-        b"SLUBMALLOC_STATS" => match value {
-            b"" | b"0" | b"off" => {
-                o.stats = StatsMode::Off;
-                true
-            }
-            b"1" | b"text" => {
-                o.stats = StatsMode::Text;
-                true
-            }
-            b"json" => {
-                o.stats = StatsMode::Json;
-                true
-            }
-            _ => false,
-        },
-        b"SLUBMALLOC_STATS_FILE" => {
-            if value.is_empty() || value.len() >= PATH_MAX_BYTES {
-                false
-            } else {
-                o.stats_file[..value.len()].copy_from_slice(value);
-                o.stats_file_len = value.len();
-                true
-            }
-        }
-        b"SLUBMALLOC_STATS_SIGNAL" => match parse_signal(value) {
-            Some(s) => {
-                o.stats_signal = s;
-                true
-            }
-            None => false,
-        },
-        b"SLUBMALLOC_PURGE_DELAY_MS" => match parse_u64(value) {
-            Some(ms) => {
-                o.purge_delay_ms = ms;
-                true
-            }
-            None => false,
-        },
-        b"SLUBMALLOC_DEBUG" => parse_flag(value, &mut o.debug),
-        b"SLUBMALLOC_FREELIST_RANDOM" => parse_flag(value, &mut o.freelist_random),
-        _ => {
-            warn(b"unknown variable ", name, b" ignored");
-            return;
-        }
-    };
-    if !ok {
-        warn(b"bad value for ", name, b" ignored, default kept");
+    match apply_named(o, name, value) {
+        None => warn(b"unknown variable ", name, b" ignored"),
+        Some(false) => warn(b"bad value for ", name, b" ignored, default kept"),
+        Some(true) => {}
     }
+}
+
+fn parse_stats_mode(v: &[u8], out: &mut StatsMode) -> bool {
+    *out = match v {
+        b"" | b"0" | b"off" => StatsMode::Off,
+        b"1" | b"text" => StatsMode::Text,
+        b"json" => StatsMode::Json,
+        _ => return false,
+    };
+    true
+}
+
+fn parse_path(v: &[u8], out: &mut Path) -> bool {
+    if v.is_empty() || v.len() >= PATH_MAX_BYTES {
+        return false;
+    }
+    out.bytes[..v.len()].copy_from_slice(v);
+    out.len = v.len();
+    true
 }
 
 /// `0`/`1` (empty means 0); false for anything else.
@@ -208,14 +255,35 @@ fn parse_flag(v: &[u8], out: &mut bool) -> bool {
     true
 }
 
-fn parse_u64(v: &[u8]) -> Option<u64> {
+fn parse_u64(v: &[u8], out: &mut u64) -> bool {
+    match decimal(v) {
+        Some(n) => {
+            *out = n;
+            true
+        }
+        None => false,
+    }
+}
+
+fn decimal(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
     Some(v.iter().fold(0, |a, &b| a * 10 + (b - b'0') as u64))
 }
 
-fn parse_signal(v: &[u8]) -> Option<i32> {
+fn parse_prof_rate(v: &[u8], out: &mut u64) -> bool {
+    match decimal(v) {
+        Some(rate) if (1..=PROF_RATE_MAX).contains(&rate) => {
+            *out = rate;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A signal by name (`USR1`, `SIGUSR1`, ...) or number, 1..=64.
+fn parse_signal(v: &[u8], out: &mut i32) -> bool {
     let v = v.strip_prefix(b"SIG").unwrap_or(v);
     let sig = match v {
         b"USR1" => libc::SIGUSR1,
@@ -223,9 +291,13 @@ fn parse_signal(v: &[u8]) -> Option<i32> {
         b"HUP" => libc::SIGHUP,
         b"WINCH" => libc::SIGWINCH,
         b"PWR" => libc::SIGPWR,
-        _ => parse_u64(v)? as i32,
+        _ => match decimal(v) {
+            Some(n) if (1..=64).contains(&n) => n as i32,
+            _ => return false,
+        },
     };
-    (1..=64).contains(&sig).then_some(sig)
+    *out = sig;
+    true
 }
 
 fn warn(before: &[u8], name: &[u8], after: &[u8]) {

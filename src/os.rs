@@ -1,10 +1,22 @@
-//! The only module that talks to the kernel: mappings, purging, time, randomness,
-//! writing to a file descriptor, and the one way slubmalloc dies.
+//! The kernel, for the allocator: mappings, purging, time, randomness,
+//! writing to a file descriptor, and the one way slubmalloc dies. Other
+//! system calls stay with the code they serve: the futex in `sync`, the
+//! pthread key and `sched_yield` in `init`, `pthread_atfork` in `fork`, the
+//! signal handler and the report files in `report`.
 //!
 //! Nothing here allocates. Every function keeps the caller's `errno` unless it
 //! says otherwise, so `free` can promise to leave `errno` alone.
 
 use core::ptr;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Mappings made, ranges purged (MADV_DONTNEED), and bytes given back by
+/// purges (those ranges, and the free segments and cached large blocks
+/// that purges unmap, which their modules add), for the statistics.
+pub static MMAPS: AtomicU64 = AtomicU64::new(0);
+pub static PURGES: AtomicU64 = AtomicU64::new(0);
+pub static PURGED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 pub const PAGE_BYTES: usize = 4096;
 
@@ -51,9 +63,7 @@ pub fn map(bytes: usize) -> *mut u8 {
         set_enomem();
         return ptr::null_mut();
     }
-    crate::stats::global()
-        .mmaps
-        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    MMAPS.fetch_add(1, Ordering::Relaxed);
     p.cast()
 }
 
@@ -91,14 +101,27 @@ pub fn unmap(p: *mut u8, bytes: usize) {
     unsafe { libc::munmap(p.cast(), bytes) };
 }
 
-/// Drops the physical pages behind a range; it reads as zeros afterwards.
+/// How `purge` gives pages back: MADV_DONTNEED, which frees them at once
+/// (the resident size falls, and the next touch faults in a zero page).
+/// MADV_FREE (`--cfg slubmalloc_bench_madv_free`, for measuring) lets the
+/// kernel take them only under memory pressure: until then they stay in the
+/// resident size, so a program that frees and goes idle keeps its peak, and
+/// a page touched again comes back without a fault. Measured on the memory
+/// shapes of `benches/c` (README, "Memory").
+#[cfg(not(slubmalloc_bench_madv_free))]
+const PURGE_ADVICE: libc::c_int = libc::MADV_DONTNEED;
+#[cfg(slubmalloc_bench_madv_free)]
+const PURGE_ADVICE: libc::c_int = libc::MADV_FREE;
+
+/// Drops the physical pages behind a range; it reads as zeros afterwards
+/// (with MADV_FREE: zeros or the old contents).
 pub fn purge(p: *mut u8, bytes: usize) {
     let _keep = ErrnoGuard::save();
     // SAFETY: callers pass a range inside one of their mappings holding no live data.
-    unsafe { libc::madvise(p.cast(), bytes, libc::MADV_DONTNEED) };
-    crate::stats::global()
-        .purges
-        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    unsafe { libc::madvise(p.cast(), bytes, PURGE_ADVICE) };
+    PURGES.fetch_add(1, Ordering::Relaxed);
+    // Relaxed: statistics counters; nothing is published with them.
+    PURGED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
 /// Grows or shrinks a mapping, possibly moving it; null with ENOMEM on failure.
@@ -214,4 +237,35 @@ pub fn fatal(what: &str, addr: usize) -> ! {
 pub fn pid() -> u32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() as u32 }
+}
+
+/// Resident bytes of the process from /proc/self/statm, read without allocating.
+pub fn resident_bytes() -> u64 {
+    let _keep = ErrnoGuard::save();
+    // SAFETY: a NUL-terminated literal path; the fd is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/statm".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return 0;
+    }
+    let mut buf = [0u8; 128];
+    // SAFETY: reads at most buf.len() bytes into `buf`.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: `fd` is ours.
+    unsafe { libc::close(fd) };
+    if n <= 0 {
+        return 0;
+    }
+    // statm: "size resident shared ..." in pages.
+    let fields = buf[..n as usize].split(|&b| b == b' ');
+    let resident = fields.clone().nth(1).unwrap_or(b"0");
+    let pages = resident
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64);
+    pages * PAGE_BYTES as u64
 }

@@ -1,6 +1,7 @@
 //! The statistics report chosen by `SLUBMALLOC_STATS`: written at process exit
 //! (from `.fini_array`) and on `SLUBMALLOC_STATS_SIGNAL`, through a stack
-//! buffer and write(2), so it never allocates and works out of memory.
+//! buffer and write(2), so it never allocates and works out of memory. The
+//! heap profile (`prof_write`) is written at the same two moments.
 
 use core::fmt::Write;
 
@@ -16,7 +17,7 @@ static STDERR_COPY: AtomicI32 = AtomicI32::new(2);
 /// report signal handler if one was asked for.
 pub fn install() {
     let o = options::get();
-    if (o.stats != StatsMode::Off || o.stats_signal != 0) && o.stats_file_len == 0 {
+    if (o.stats != StatsMode::Off || o.stats_signal != 0) && o.stats_file.is_empty() {
         // SAFETY: F_DUPFD_CLOEXEC on fd 2 has no memory-safety preconditions.
         let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) };
         if fd >= 0 {
@@ -40,6 +41,7 @@ pub fn install() {
 extern "C" fn on_signal(_sig: libc::c_int) {
     let _keep = crate::os::ErrnoGuard::save();
     write_report(options::get().stats, STDERR_COPY.load(Ordering::Relaxed));
+    crate::prof_write::on_signal();
 }
 
 extern "C" fn at_exit() {
@@ -47,6 +49,7 @@ extern "C" fn at_exit() {
     if mode != StatsMode::Off {
         write_report(mode, STDERR_COPY.load(Ordering::Relaxed));
     }
+    crate::prof_write::at_exit();
 }
 
 #[used]
@@ -59,10 +62,10 @@ static AT_EXIT: extern "C" fn() = at_exit;
 pub fn write_report(mode: StatsMode, stderr_fd: i32) {
     let _whole = crate::os::NoCancel::new();
     let o = options::get();
-    let fd = if o.stats_file_len == 0 {
+    let fd = if o.stats_file.is_empty() {
         stderr_fd
     } else {
-        open_report_file(&o.stats_file[..o.stats_file_len])
+        open_report_file(o.stats_file.as_bytes())
     };
     if fd < 0 {
         return;

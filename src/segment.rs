@@ -5,20 +5,20 @@
 //! A byte map over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
 //! Free slabs are purged (MADV_DONTNEED) after a delay; wholly empty segments
-//! beyond a small cache are unmapped. The same deadline empties the large
-//! block cache. Lock order: node -> segments -> large.
+//! beyond a small cache are unmapped. The same deadline (`purge`) empties the
+//! large block cache. Lock order: node -> segments -> large.
 
+use core::cell::UnsafeCell;
 use core::ptr;
 
 use crate::os;
-use crate::slab::{Slab, FREE};
-use crate::sync::{store_order_fence, AtomicU64, AtomicU8, Locked, Ordering};
+use crate::purge;
+use crate::slab::Slab;
+use crate::sync::{store_order_fence, AtomicU8, Locked, Ordering};
 
-pub const SEGMENT_SHIFT: usize = 22;
-pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
-pub const SLAB_SHIFT: usize = 16;
-pub const SLAB_BYTES: usize = 1 << SLAB_SHIFT; // 64 KiB
-pub const SLABS_PER_SEGMENT: usize = SEGMENT_BYTES / SLAB_BYTES;
+pub use crate::size_class::{
+    segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
+};
 /// Slab 0 holds the segment header; the rest serve objects.
 const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
@@ -29,7 +29,31 @@ const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
 /// One byte per possible segment (nonzero: ours). 32 MiB of zero pages, only
 /// the few touched ever become resident; a byte rather than a bit makes the
 /// test in `contains` a single compare.
-static MAP: [AtomicU8; MAP_ENTRIES] = [const { AtomicU8::new(0) }; MAP_ENTRIES];
+static MAP: SegmentMap = SegmentMap(UnsafeCell::new([0; MAP_ENTRIES]));
+
+/// The segment map's bytes, read and written only as `AtomicU8`s (`entry`).
+/// Declared as one cell of plain bytes, not as `[AtomicU8; MAP_ENTRIES]`:
+/// the compiler evaluates a static's initialiser, and 32 Mi `AtomicU8`s,
+/// each a struct with a cell inside, took 6.6-7.1 s of the 7.7 s it spent on
+/// this crate (`-Z time-passes`: type_check_crate), in every clean build of
+/// every crate that uses slubmalloc. A byte array takes 0.1 s.
+#[repr(transparent)]
+struct SegmentMap(UnsafeCell<[u8; MAP_ENTRIES]>);
+
+// SAFETY: the bytes are only ever accessed atomically, through `entry`.
+unsafe impl Sync for SegmentMap {}
+
+impl SegmentMap {
+    /// The entry of segment `region`; `region < MAP_ENTRIES`.
+    #[inline(always)]
+    fn entry(&self, region: usize) -> &AtomicU8 {
+        debug_assert!(region < MAP_ENTRIES);
+        // SAFETY: `region` is in bounds (both callers check), the byte lives as long as the
+        // static, `AtomicU8` has the size and alignment of `u8`, and no
+        // access to the map's bytes is anything but atomic.
+        unsafe { AtomicU8::from_ptr(self.0.get().cast::<u8>().add(region)) }
+    }
+}
 
 #[repr(C)]
 pub struct Segment {
@@ -48,8 +72,6 @@ struct Segments {
     /// Every segment, for purging and the verification walk.
     all: *mut Segment,
     count: usize,
-    /// When free slabs must be purged (0: nothing pending).
-    purge_at_ns: u64,
 }
 
 // SAFETY: the raw pointers are reached only under the SEGMENTS lock.
@@ -58,16 +80,7 @@ unsafe impl Send for Segments {}
 static SEGMENTS: Locked<Segments> = Locked::new(Segments {
     all: ptr::null_mut(),
     count: 0,
-    purge_at_ns: 0,
 });
-
-/// Mirror of `purge_at_ns`, read without the lock on slow paths.
-static PURGE_AT_NS: AtomicU64 = AtomicU64::new(0);
-
-#[inline(always)]
-pub fn segment_of(p: usize) -> usize {
-    p & !(SEGMENT_BYTES - 1)
-}
 
 /// The descriptor of the slab holding `p`, which must be inside a segment.
 /// Cost: and, shift-and-mask, lea.
@@ -83,7 +96,7 @@ pub fn slab_of(p: *mut u8) -> *mut Slab {
 #[inline(always)]
 pub fn contains(p: *mut u8) -> bool {
     let region = segment_index(p as usize);
-    region < MAP_ENTRIES && MAP[region].load(Ordering::Relaxed) != 0
+    region < MAP_ENTRIES && MAP.entry(region).load(Ordering::Relaxed) != 0
 }
 
 /// `p >> SEGMENT_SHIFT`. On x86-64 the shift is written in asm: LLVM would
@@ -110,13 +123,20 @@ fn segment_index(p: usize) -> usize {
 fn set_mapped(seg: usize, on: bool) {
     // Relaxed: a pointer into the segment reaches another thread only through
     // a synchronizing hand-off that follows this store.
-    MAP[seg >> SEGMENT_SHIFT].store(on as u8, Ordering::Relaxed);
+    let region = seg >> SEGMENT_SHIFT;
+    if region >= MAP_ENTRIES {
+        os::fatal(
+            "the kernel mapped a segment above the 47-bit address space",
+            seg,
+        );
+    }
+    MAP.entry(region).store(on as u8, Ordering::Relaxed);
 }
 
 /// A free slab for a new use, or null with errno ENOMEM.
 pub fn alloc_slab() -> *mut Slab {
+    purge_if_due();
     SEGMENTS.with(|s| {
-        purge_if_due_locked(s, os::now_ns());
         let mut seg = s.all;
         // SAFETY: segments on the list are live mappings; the lock is held.
         while !seg.is_null() && unsafe { (*seg).free_mask } == 0 {
@@ -142,33 +162,20 @@ pub fn alloc_slab() -> *mut Slab {
 /// Gives a slab with no live object back to its segment; its pages are purged
 /// after the purge delay.
 pub fn free_slab(slab: *mut Slab) {
-    SEGMENTS.with(|s| {
+    SEGMENTS.with(|_| {
         let seg = segment_of(slab as usize) as *mut Segment;
         // SAFETY: `slab` is inside a live segment; the lock is held.
         let seg = unsafe { &mut *seg };
         let index = (slab as usize - seg as *mut Segment as usize) / core::mem::size_of::<Slab>();
-        // SAFETY: as above.
-        unsafe { (*slab).state.set(FREE) };
         seg.free_mask |= 1 << index;
         seg.dirty_mask |= 1 << index;
-        let now = os::now_ns();
-        schedule_locked(s, now);
-        purge_if_due_locked(s, now);
-    })
-}
-
-/// Sets the purge deadline, unless one is already pending. Lock held.
-fn schedule_locked(s: &mut Segments, now: u64) {
-    if s.purge_at_ns == 0 {
-        s.purge_at_ns = now.saturating_add(crate::options::get().purge_delay_ms * 1_000_000);
-        PURGE_AT_NS.store(s.purge_at_ns, Ordering::Relaxed);
-    }
-}
-
-/// Asks for a purge after the delay (large blocks put in their cache).
-pub fn schedule_purge() {
-    if PURGE_AT_NS.load(Ordering::Relaxed) == 0 {
-        SEGMENTS.with(|s| schedule_locked(s, os::now_ns()));
+    });
+    // After the dirty bit: a purge that claims the deadline takes the lock
+    // and sees it (`purge::schedule`).
+    let now = purge::now_ns();
+    purge::schedule(now);
+    if purge::take_due(now) {
+        purge_all(now);
     }
 }
 
@@ -177,9 +184,11 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     if seg.is_null() {
         return seg;
     }
-    // SAFETY: fresh zeroed mapping big enough for the header; zero is a valid
-    // Segment (all slabs FREE, null links).
+    // SAFETY: fresh mapping big enough for the header, ours alone.
     unsafe {
+        for i in 1..SLABS_PER_SEGMENT {
+            ptr::addr_of_mut!((*seg).slabs[i]).write(Slab::new_free());
+        }
         (*seg).free_mask = ALL_SLABS;
         (*seg).dirty_mask = 0;
         (*seg).next = s.all;
@@ -194,41 +203,46 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     s.all = seg;
     s.count += 1;
     set_mapped(seg as usize, true);
-    crate::stats::global()
+    crate::counters::global()
         .segments
         .fetch_add(1, Ordering::Relaxed);
     seg
 }
 
-/// Purges now if the deadline has passed. Called on allocation slow paths, so
-/// a process that keeps allocating a little does give memory back.
+/// Purges now if the deadline has passed; true if this call purged. Called
+/// on allocation slow paths, so a process that keeps allocating a little
+/// does give memory back, and by the background purger.
 #[inline]
-pub fn purge_if_due() {
-    let at = PURGE_AT_NS.load(Ordering::Relaxed);
-    if at != 0 && os::now_ns() >= at {
-        SEGMENTS.with(|s| purge_if_due_locked(s, os::now_ns()));
+pub fn purge_if_due() -> bool {
+    if purge::deadline() == 0 {
+        return false;
     }
+    let now = purge::now_ns();
+    if !purge::take_due(now) {
+        return false;
+    }
+    purge_all(now);
+    true
 }
 
 /// Purges every free slab and unmaps empty segments now (`malloc_trim`).
 pub fn purge_now() {
-    SEGMENTS.with(|s| {
-        s.purge_at_ns = 1;
-        purge_if_due_locked(s, u64::MAX);
-    });
+    purge::take_now();
+    purge_all(u64::MAX);
 }
 
-fn purge_if_due_locked(s: &mut Segments, now: u64) {
-    if s.purge_at_ns == 0 || now < s.purge_at_ns {
-        return;
-    }
-    s.purge_at_ns = 0;
-    PURGE_AT_NS.store(0, Ordering::Relaxed);
-    let delay_ns = crate::options::get().purge_delay_ms * 1_000_000;
-    if crate::large::purge_cache(now.saturating_sub(delay_ns)) {
+/// The purge the deadline asked for: large blocks cached for a whole delay
+/// before `now` are unmapped (the rest wait for another deadline), free
+/// slabs madvised, empty segments beyond `EMPTY_SEGMENTS_KEPT` unmapped.
+fn purge_all(now: u64) {
+    if crate::large::purge_cache(now.saturating_sub(purge::delay_ns())) {
         // Cached large blocks younger than the delay: look again later.
-        schedule_locked(s, now);
+        purge::schedule(purge::now_ns());
     }
+    SEGMENTS.with(purge_segments_locked);
+}
+
+fn purge_segments_locked(s: &mut Segments) {
     let mut empty_kept = 0;
     let mut seg = s.all;
     while !seg.is_null() {
@@ -236,12 +250,15 @@ fn purge_if_due_locked(s: &mut Segments, now: u64) {
         let next = unsafe { (*seg).next };
         let sg = unsafe { &mut *seg };
         if sg.free_mask == ALL_SLABS && empty_kept >= EMPTY_SEGMENTS_KEPT {
+            // Its free slabs not purged yet leave with it.
+            let dirty = sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
             unlink(s, seg);
             set_mapped(seg as usize, false);
             os::unmap(seg.cast(), SEGMENT_BYTES);
-            crate::stats::global()
-                .segments
-                .fetch_sub(1, Ordering::Relaxed);
+            let g = crate::counters::global();
+            g.segments.fetch_sub(1, Ordering::Relaxed);
+            // Relaxed: a statistics counter.
+            os::PURGED_BYTES.fetch_add(dirty, Ordering::Relaxed);
         } else {
             if sg.free_mask == ALL_SLABS {
                 empty_kept += 1;
@@ -323,6 +340,5 @@ pub fn repair_in_child() {
         seg = sg.next;
     }
     s.count = count;
-    PURGE_AT_NS.store(s.purge_at_ns, Ordering::Relaxed);
     SEGMENTS.lock.reset_in_child();
 }

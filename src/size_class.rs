@@ -1,10 +1,24 @@
 //! Size classes: 8 B, 16..128 B in steps of 16, four classes per doubling up
 //! to 1 KiB, then eight per doubling up to 32 KiB (at most 12.5% lost to
-//! rounding where blocks are big enough for it to matter). Every table is computed by `const fn` at compile time and
-//! tested exhaustively in `tests/size_classes.rs`.
+//! rounding where blocks are big enough for it to matter). Every table is
+//! computed by `const fn` at compile time and tested exhaustively by the unit
+//! tests at the end of this file. Also the geometry the classes are cut from:
+//! segments of slabs.
 
-use crate::segment::SLAB_BYTES;
+/// Segments are `SEGMENT_BYTES`-aligned mappings cut into `SLAB_BYTES` slabs.
+pub const SEGMENT_SHIFT: usize = 22;
+pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
+pub const SLAB_SHIFT: usize = 16;
+pub const SLAB_BYTES: usize = 1 << SLAB_SHIFT; // 64 KiB
+pub const SLABS_PER_SEGMENT: usize = SEGMENT_BYTES / SLAB_BYTES;
 
+/// The start of the segment holding address `p`.
+#[inline(always)]
+pub fn segment_of(p: usize) -> usize {
+    p & !(SEGMENT_BYTES - 1)
+}
+
+/// Size classes served from slabs.
 pub const NUM_CLASSES: usize = 61;
 /// The largest size served from a slab; bigger requests are large blocks.
 pub const MAX_SMALL_BYTES: usize = 32 * 1024;
@@ -89,7 +103,7 @@ pub fn class_by_table(size: usize) -> usize {
     LOOKUP[(size + 7) >> 3] as usize
 }
 
-/// The size of a thread heap's per-class part (`thread_heap::ClassHeap`).
+/// The size of a thread heap's per-class part (`heap::ClassHeap`).
 pub const CLASS_SCALE: usize = 256;
 
 /// `class_by_table(size) * CLASS_SCALE`, with one load and no shift.

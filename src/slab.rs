@@ -1,72 +1,96 @@
-//! One slab: a `SLAB_BYTES` run of equal-sized objects and its descriptor.
+//! One slab: a `SLAB_BYTES` run of equal-sized objects, its descriptor, and
+//! its life cycle. Every state change of a slab is a method here, asserts
+//! its precondition, and (in debug builds) checks the slab's counts against
+//! its lists afterwards; the rest of the allocator moves slabs only through
+//! these methods.
 //!
-//! Invariants (the protocol every other module follows). The `remote` word
-//! carries the state that other threads act on:
-//! - OWNED (`remote` has `REMOTE_OWNED`, the rest is the remote free list):
-//!   one thread heap (`owner`) owns the slab. Only the owner touches
-//!   `local_free`, `next` and writes `carved`; any other thread frees by
-//!   pushing onto `remote` with one CAS (after reading `carved`, see there).
-//! - FULL (`remote == 0`): nobody owns it, it is on no list and has no free
-//!   object. The first free claims it with one CAS from 0 to `REMOTE_OWNED`:
-//!   no lock. Alone with the fields until it hands the slab on, it puts its
-//!   object on `local_free`, then gives the slab back to `last_owner` (pushed
-//!   on that heap's `returned` stack, Release), or adopts it onto its own
-//!   partial list (SLUB's `put_cpu_partial`) if that heap is gone.
-//! - LISTED (`remote == REMOTE_LISTED`): on the node partial list, nobody owns
-//!   it; every field is protected by the node lock of its class.
-//! - FREE: back in its segment (`remote` stays `REMOTE_LISTED`).
-//! - OWNED -> FULL: the owner writes the fields, then CASes `remote` to 0
-//!   (Release); the adopter's Acquire CAS sees those writes. OWNED -> LISTED
-//!   and LISTED -> OWNED happen under the node lock; a freer that saw
-//!   LISTED re-reads `remote` after taking the lock.
+//! The state is one record, the low two bits of the `remote` word, because
+//! that word is what other threads act on (an `owner` id says who owns an
+//! OWNED slab, `on_partial` is the owner's private note of which list):
 //!
-//! Free lists are singly linked through the first word of each free object,
-//! stored encoded as `next ^ SECRET ^ bswap(slot)` (SLAB_FREELIST_HARDENED), so
-//! a forged or overwritten link is detected rather than followed.
+//! - OWNED (`REMOTE_OWNED`, the rest of the word a remote free list): a heap
+//!   owns it (`owner`), or a freer that just claimed it from FULL (`owner`
+//!   0) until it hands it on. Only the owner touches `local_free`, `inuse`,
+//!   the links, and writes `carved`; any other thread frees by pushing onto
+//!   the remote list with one CAS (`push_remote`).
+//! - FULL (the word is 0): no owner, on no list, no free object. The first
+//!   free claims it with one CAS (`try_claim_full`, no lock), then gives it
+//!   back to the heap that filled it (`give_back`, onto that heap's
+//!   `returned` stack) or adopts it (`adopt`) if that heap is closed.
+//! - LISTED (`REMOTE_LISTED`): on its node's partial list; every field is
+//!   the node lock's. A freer that sees LISTED takes the lock and looks again.
+//! - FREE (`REMOTE_FREE`): back in its segment; any free into it is invalid.
+//!
+//! Transitions: FREE -> OWNED (`init`); FREE -> LISTED (`init_listed`, a
+//! slab shared by cold classes, node lock); OWNED -> FULL (`try_make_full`,
+//! lock-free, Release); FULL -> OWNED (`try_claim_full`, Acquire, then
+//! `give_back` or `adopt`); OWNED -> LISTED (`begin_listing`, node lock);
+//! LISTED -> OWNED (`take_listed`, node lock); LISTED -> FULL
+//! (`make_full_from_listed`, node lock, Release); LISTED -> FREE
+//! (`make_free`, node lock). A LISTED slab also hands out single objects
+//! under the node lock (`take_listed_object`) and takes frees
+//! (`Node::free_listed`). The counts: `inuse` plus the objects on
+//! `local_free` plus the never-carved ones make `objects`, whenever the
+//! lists are held by one party (`check`).
 
-use core::cell::{Cell, UnsafeCell};
 use core::ptr;
 
+use crate::freelist::{link_is_sane, set_next};
 use crate::os;
-use crate::segment::{SLAB_BYTES, SLAB_SHIFT};
-use crate::size_class::{Divisor, DIVISORS};
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
-use crate::thread_heap::Heap;
+use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
 
-pub const FREE: u8 = 0;
-pub const OWNED: u8 = 1;
-pub const LISTED: u8 = 2;
-pub const FULL: u8 = 3;
-/// OWNED and on its owner's thread partial list.
-pub const PARTIAL: u8 = 4;
-
-/// Set in `remote` while a thread heap owns the slab.
+/// The low bits of the `remote` word that hold the state.
+const TAG_MASK: usize = 3;
+/// The word of a FULL slab (no tag, no list).
+pub const REMOTE_FULL: usize = 0;
+/// Tag of an OWNED slab; the rest of the word is its remote free list.
 pub const REMOTE_OWNED: usize = 1;
-/// The value of `remote` while the slab is on the node list (or free).
+/// The word of a LISTED slab.
 pub const REMOTE_LISTED: usize = 2;
+/// The word of a FREE slab.
+pub const REMOTE_FREE: usize = 3;
+
+/// A slab's state, as its `remote` word records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Full,
+    Owned,
+    Listed,
+    Free,
+}
+
+impl State {
+    #[inline(always)]
+    pub fn of(word: usize) -> State {
+        match word & TAG_MASK {
+            REMOTE_OWNED => State::Owned,
+            REMOTE_LISTED => State::Listed,
+            REMOTE_FREE => State::Free,
+            _ => State::Full,
+        }
+    }
+}
 
 /// The remote free list held in a `remote` word.
 #[inline(always)]
 pub fn remote_list(word: usize) -> *mut u8 {
-    (word & !(REMOTE_OWNED | REMOTE_LISTED)) as *mut u8
+    (word & !TAG_MASK) as *mut u8
 }
 
-/// The free-list secret: random per process, written once by `init_secret`
-/// before the first list exists and only read afterwards. A plain cell, not
-/// an atomic, so that a fast path that decodes and encodes loads it once.
-struct Secret(UnsafeCell<usize>);
+/// A heap's `returned` stack once its thread has exited: `give_back`
+/// pushes nothing more on it.
+pub const CLOSED: *mut Slab = 1 as *mut Slab;
 
-// SAFETY: the one write happens in `thread_heap::init_process` before any
-// heap exists; every read follows, through that function's Release/Acquire on
-// its INIT flag or through a lock taken after the list being read was made.
-unsafe impl Sync for Secret {}
-
-static SECRET: Secret = Secret(UnsafeCell::new(0));
-
-/// Called once per process, before any free list is written.
-pub fn init_secret() {
-    // SAFETY: see `Secret`: no other thread reads or writes it yet.
-    unsafe { *SECRET.0.get() = os::random_u64() as usize };
+/// What `push_remote` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Push {
+    /// The object is on the slab's remote list.
+    Pushed,
+    /// The slab is the freer's own: free it as its owner.
+    Mine,
+    /// The slab is not OWNED (FULL or LISTED): another transition applies.
+    NotOwned(State),
 }
 
 /// The largest carve batch (a page of 8-byte objects).
@@ -75,68 +99,26 @@ const MAX_RANDOM_CARVE: usize = 512;
 /// 64 random-looking bits for a carve: a Weyl sequence from the secret,
 /// mixed (splitmix64). Unpredictable without the secret; not cryptographic.
 fn carve_random() -> u64 {
-    static WEYL: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
+    // A plain atomic, not `sync`'s: a counter no protocol depends on.
+    static WEYL: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
     let w = WEYL.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    let mut z = w ^ secret() as u64;
+    let mut z = w ^ crate::freelist::secret() as u64;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-#[inline(always)]
-pub fn secret() -> usize {
-    // SAFETY: see `Secret`: written once before any reader.
-    unsafe { *SECRET.0.get() }
-}
-
-/// The encoded form of the link `slot -> next`. Cost: bswap and two xors.
-#[inline(always)]
-pub fn encode(next: *mut u8, slot: *mut u8) -> usize {
-    (slot as usize).swap_bytes() ^ secret() ^ next as usize
-}
-
-/// Inverse of `encode`.
-#[inline(always)]
-pub fn decode(stored: usize, slot: *mut u8) -> *mut u8 {
-    ((slot as usize).swap_bytes() ^ secret() ^ stored) as *mut u8
-}
-
-/// Writes the link `obj -> next`.
-///
-/// # Safety
-/// `obj` is a free object of at least 8 bytes that the caller may write.
-#[inline(always)]
-pub unsafe fn set_next(obj: *mut u8, next: *mut u8) {
-    // SAFETY: per the contract, `obj` is writable and 8-byte aligned.
-    unsafe { *(obj as *mut usize) = encode(next, obj) };
-}
-
-/// Reads the link stored in `obj`.
-///
-/// # Safety
-/// `obj` is a free object of at least 8 bytes that the caller may read.
-#[inline(always)]
-pub unsafe fn get_next(obj: *mut u8) -> *mut u8 {
-    // SAFETY: per the contract, `obj` is readable and 8-byte aligned.
-    decode(unsafe { *(obj as *const usize) }, obj)
-}
-
-/// Whether `next`, read from free object `obj`, may be followed: null or in
-/// the same slab. Cost: xor, cmp (plus a null test when leaving the slab).
-#[inline(always)]
-pub fn link_is_sane(obj: *mut u8, next: *mut u8) -> bool {
-    (obj as usize ^ next as usize) < SLAB_BYTES || next.is_null()
 }
 
 /// The descriptor of one slab, kept in its segment's header. 128 bytes: the
 /// first line is the owner's, the second is written by remote freers.
 #[repr(C, align(128))]
 pub struct Slab {
-    /// Owning heap when `state == OWNED`, else null.
-    pub owner: AtomicPtr<Heap>,
-    /// Free objects owned by whoever owns the slab (heap or node lock).
+    /// The owning heap's id while OWNED (0 while claimed from FULL), else 0.
+    pub owner: AtomicUsize,
+    /// Free objects held by whoever holds the slab (its owner, or the node
+    /// lock while LISTED).
     pub local_free: Cell<*mut u8>,
-    /// List links: thread partial list (`next` only) or node list (both).
+    /// List links: the owner's partial list or returned stack (`next`), or
+    /// the node list (both).
     pub next: Cell<*mut Slab>,
     pub prev: Cell<*mut Slab>,
     /// The test for "is this the start of an object slot" (with `carved`).
@@ -160,16 +142,17 @@ pub struct Slab {
     pub carved: AtomicU32,
     pub size: Cell<u32>,
     pub class: Cell<u8>,
-    pub state: Cell<u8>,
+    /// Owner-private: whether this OWNED slab is on its owner's partial list.
+    pub on_partial: Cell<bool>,
     /// `class` times `CLASS_SCALE`, the size of a heap's per-class part: the
     /// free fast path finds its class heap with one load, no shift.
     pub heap_offset: Cell<u16>,
-    /// Remote free list (encoded links) and the state bits, see above.
+    /// The state (low bits) and the remote free list (encoded links).
     pub remote: Remote,
-    /// While FULL: the heap that filled it (null if none), to which the
-    /// first free hands the slab back. Written before the Release that made
-    /// the slab FULL, read by the freer after its Acquire CAS.
-    pub last_owner: Cell<*mut Heap>,
+    /// While FULL: the id of the heap that filled it (0 if none), to which
+    /// the first free hands the slab back. Written before the Release that
+    /// made the slab FULL, read by the freer after its Acquire CAS.
+    pub last_owner: Cell<usize>,
 }
 
 /// The `remote` word. It opens the descriptor's second cache line (checked
@@ -177,9 +160,11 @@ pub struct Slab {
 #[repr(C)]
 pub struct Remote(pub AtomicUsize);
 
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::offset_of!(Slab, remote) == 64);
 // Descriptors are packed 128 bytes apart: the headers of 4 MiB-aligned
 // segments share cache sets, and twice that stride doubled their conflicts.
+#[cfg(not(loom))]
 const _: () = assert!(core::mem::size_of::<Slab>() == 128);
 
 // SAFETY: the Cell fields are touched only by the slab's owner or under the
@@ -187,21 +172,79 @@ const _: () = assert!(core::mem::size_of::<Slab>() == 128);
 unsafe impl Sync for Slab {}
 
 impl Slab {
+    /// A descriptor in the FREE state, as a new segment's slabs start.
+    pub fn new_free() -> Slab {
+        Slab {
+            owner: AtomicUsize::new(0),
+            local_free: Cell::new(ptr::null_mut()),
+            next: Cell::new(ptr::null_mut()),
+            prev: Cell::new(ptr::null_mut()),
+            div: Cell::new(Divisor {
+                inverse: 0,
+                shift: 0,
+            }),
+            inuse: Cell::new(0),
+            objects: Cell::new(0),
+            carved: AtomicU32::new(0),
+            size: Cell::new(0),
+            class: Cell::new(0),
+            on_partial: Cell::new(false),
+            heap_offset: Cell::new(0),
+            remote: Remote(AtomicUsize::new(REMOTE_FREE)),
+            last_owner: Cell::new(0),
+        }
+    }
+
     /// The first byte of the slab's objects.
     #[inline(always)]
     pub fn start(&self) -> *mut u8 {
-        let seg = crate::segment::segment_of(self as *const Slab as usize);
+        let seg = segment_of(self as *const Slab as usize);
         let index = (self as *const Slab as usize - seg) / core::mem::size_of::<Slab>();
         (seg + (index << SLAB_SHIFT)) as *mut u8
     }
 
-    /// Prepares a slab fresh from its segment for `class`, owned by `heap`.
-    pub fn init(&self, class: usize, heap: *mut Heap) {
+    /// The current state. Relaxed: for checks, and for callers that hold
+    /// what orders the state they test (the owner, or the node lock).
+    #[inline]
+    pub fn state(&self) -> State {
+        State::of(self.remote.0.load(Ordering::Relaxed))
+    }
+
+    // -----------------------------------------------------------------
+    // Transitions
+
+    /// FREE -> OWNED by `owner`: prepares a slab fresh from its segment for
+    /// `class`.
+    pub fn init(&self, class: usize, owner: usize) {
+        debug_assert_eq!(self.state(), State::Free);
         // Relaxed: the slab came from the segment lock, nobody else knows it
         // yet. First, so that a forked child never lists a half-made slab
         // (`node::rebuild_in_child`).
         self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
         crate::sync::store_order_fence();
+        self.prepare(class);
+        self.owner.store(owner, Ordering::Relaxed);
+        self.check();
+    }
+
+    /// FREE -> LISTED, node lock held: a slab fresh from its segment for
+    /// `class`, to be shared by the threads whose class is cold (they take
+    /// single objects from it, `take_listed_object`). The caller links it
+    /// on the node list.
+    pub fn init_listed(&self, class: usize) {
+        debug_assert_eq!(self.state(), State::Free);
+        self.prepare(class);
+        // The fields first: a forked child lists every LISTED slab
+        // (`node::rebuild_in_child`), so it must never see a half-made one.
+        crate::sync::store_order_fence();
+        // Relaxed: the node lock we hold orders this for every thread that
+        // will take or free objects of the slab (it is not linked yet).
+        self.remote.0.store(REMOTE_LISTED, Ordering::Relaxed);
+        self.check();
+    }
+
+    /// The fields of a slab fresh for `class`: empty, nothing carved.
+    fn prepare(&self, class: usize) {
         let size = crate::size_class::CLASS_BYTES[class];
         self.size.set(size);
         self.class.set(class as u8);
@@ -209,15 +252,279 @@ impl Slab {
             .set((class * crate::size_class::CLASS_SCALE) as u16);
         self.div.set(DIVISORS[class]);
         self.objects.set(crate::size_class::objects_per_slab(class));
-        // Relaxed: nobody frees into the slab before the publication below.
+        // Relaxed: nobody frees into the slab before a block is handed out
+        // from it, which orders this store before the freer's load.
         self.carved.store(0, Ordering::Relaxed);
         self.inuse.set(0);
         self.local_free.set(ptr::null_mut());
         self.next.set(ptr::null_mut());
         self.prev.set(ptr::null_mut());
-        self.state.set(OWNED);
-        self.owner.store(heap, Ordering::Relaxed);
+        self.on_partial.set(false);
+        self.last_owner.set(0);
     }
+
+    /// LISTED, node lock held: hands out one free object for a thread whose
+    /// class is cold, from `local_free` or else carved (one object: only its
+    /// page is touched). The slab stays LISTED; the caller counts the object
+    /// on the node and, if it was the last free one, unlinks the slab and
+    /// makes it FULL. Returns the object and whether it was just carved
+    /// (never used: debug mode poisons it). Its first word is cleared.
+    pub fn take_listed_object(&self) -> (*mut u8, bool) {
+        debug_assert_eq!(self.state(), State::Listed);
+        debug_assert!(self.inuse.get() < self.objects.get());
+        let mut p = self.local_free.get();
+        let fresh = p.is_null();
+        if fresh {
+            let (list, n) = self.carve(1);
+            debug_assert_eq!(n, 1);
+            p = list;
+        } else {
+            // SAFETY: `p` heads the slab's free list, ours under the lock.
+            let next = unsafe { crate::freelist::get_next(p) };
+            if !link_is_sane(p, next) {
+                crate::freelist::corrupted_link(p);
+            }
+            self.local_free.set(next);
+        }
+        // SAFETY: `p` is a free object of this slab, now the caller's, at
+        // least 8 bytes. Zeroed as the fast path does: a stale link would
+        // look like a free block to `free`.
+        unsafe { (p as *mut usize).write(0) };
+        self.inuse.set(self.inuse.get() + 1);
+        self.check();
+        (p, fresh)
+    }
+
+    /// OWNED, by its owner: takes the remote free list, or null if empty.
+    /// A plain load first: the swap is a locked instruction on the line the
+    /// freers write, not worth paying when nothing came.
+    #[inline]
+    pub fn take_remote(&self) -> *mut u8 {
+        debug_assert_eq!(self.state(), State::Owned);
+        if self.remote.0.load(Ordering::Relaxed) == REMOTE_OWNED {
+            return ptr::null_mut();
+        }
+        // Acquire: pairs with the Release CAS of each remote free, so the
+        // links written by the freers are visible.
+        remote_list(self.remote.0.swap(REMOTE_OWNED, Ordering::Acquire))
+    }
+
+    /// OWNED -> FULL, by its owner `owner`, when the slab has no free object
+    /// left (all carved, local list and the heap's detached list empty):
+    /// SLUB's deactivation of a full slab. Lock-free; false, with nothing
+    /// changed, if a remote free came in meanwhile.
+    pub fn try_make_full(&self, owner: usize) -> bool {
+        debug_assert_eq!(self.state(), State::Owned);
+        debug_assert!(self.local_free.get().is_null() && self.uncarved() == 0);
+        debug_assert!(!self.on_partial.get());
+        self.inuse.set(self.objects.get());
+        self.last_owner.set(owner);
+        self.owner.store(0, Ordering::Relaxed);
+        // Release: publishes the fields above to the freer whose Acquire CAS
+        // in `try_claim_full` claims the slab.
+        if self
+            .remote
+            .0
+            .compare_exchange(
+                REMOTE_OWNED,
+                REMOTE_FULL,
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            return true;
+        }
+        self.owner.store(owner, Ordering::Relaxed);
+        false
+    }
+
+    /// Frees `p` into a slab the caller does not hold, if it is OWNED by
+    /// another heap: the one remote push of the allocator. `me` is the
+    /// freer's heap id; `looks_free` says whether `p`'s first word, read
+    /// before any write, decodes to a valid link (the double-free test: the
+    /// owner holds the lists, so they cannot be walked). Stops the process
+    /// on an invalid pointer or a double free. Cost when it pushes: a load,
+    /// an owner compare, the slot test, an encode and one CAS.
+    #[inline]
+    pub fn push_remote(&self, p: *mut u8, me: usize, looks_free: bool) -> Push {
+        // Acquire: pairs with the Release that made the slab owned (or the
+        // CAS of an earlier freer), so its fields are visible.
+        let mut r = self.remote.0.load(Ordering::Acquire);
+        while r & TAG_MASK == REMOTE_OWNED {
+            // Acquire: pairs with `give_back`'s Release of the owner.
+            if self.owner.load(Ordering::Acquire) == me {
+                return Push::Mine;
+            }
+            if !self.is_object_start(p) {
+                invalid_free(p);
+            }
+            if looks_free {
+                double_free(p);
+            }
+            // SAFETY: `p` is a live object the caller gives up.
+            unsafe { set_next(p, remote_list(r)) };
+            // Release: publishes the link; pairs with the owner's Acquire
+            // swap in `take_remote` or `begin_listing`.
+            match self.remote.0.compare_exchange(
+                r,
+                p as usize | REMOTE_OWNED,
+                Ordering::Release,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Push::Pushed,
+                Err(now) => r = now,
+            }
+        }
+        Push::NotOwned(State::of(r))
+    }
+
+    /// FULL -> OWNED, claimed by a freer of `p`: one CAS, no lock (SLUB's
+    /// `put_cpu_partial` path). The claimant is then alone with the fields
+    /// until `give_back` or `adopt`; `p` becomes the only free object.
+    /// False if the slab was not FULL any more.
+    pub fn try_claim_full(&self, p: *mut u8) -> bool {
+        // Acquire: sees the fields the last owner published with the
+        // Release CAS in `try_make_full` (or `make_full_from_listed`).
+        if self
+            .remote
+            .0
+            .compare_exchange(
+                REMOTE_FULL,
+                REMOTE_OWNED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0);
+        debug_assert!(self.local_free.get().is_null());
+        debug_assert_eq!(self.inuse.get(), self.objects.get());
+        // SAFETY: `p` is a live object the caller gives up.
+        unsafe { set_next(p, ptr::null_mut()) };
+        self.local_free.set(p);
+        self.inuse.set(self.objects.get() - 1);
+        self.check();
+        true
+    }
+
+    /// A claimed slab -> OWNED by heap `to`, pushed on `to`'s `returned`
+    /// stack for its next refill. False, with the slab still the caller's,
+    /// if `to` has exited (its stack is `CLOSED`).
+    pub fn give_back(&self, to: usize, returned: &AtomicPtr<Slab>) -> bool {
+        debug_assert_eq!(self.state(), State::Owned);
+        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0);
+        self.check();
+        // Release: the owner's fast path may free into the slab as soon as
+        // it sees itself here (Acquire); it must see `local_free` and
+        // `inuse` as we left them.
+        self.owner.store(to, Ordering::Release);
+        let mut head = returned.load(Ordering::Relaxed);
+        loop {
+            if head == CLOSED {
+                self.owner.store(0, Ordering::Relaxed);
+                return false;
+            }
+            self.next.set(head);
+            // Release: publishes the slab's fields and link; pairs with the
+            // Acquire swap of the stack by its owner.
+            match returned.compare_exchange_weak(
+                head,
+                self as *const Slab as *mut Slab,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// A claimed slab -> OWNED by the claimant's heap `me`.
+    pub fn adopt(&self, me: usize) {
+        debug_assert_eq!(self.state(), State::Owned);
+        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0);
+        self.check();
+        self.owner.store(me, Ordering::Relaxed);
+    }
+
+    /// OWNED -> LISTED, node lock held: the owner gives the slab up (to be
+    /// linked on the node list, made FULL or FREE by the caller) and gets
+    /// its remote list, which the caller merges. After this, freers see
+    /// LISTED and queue on the node lock.
+    pub fn begin_listing(&self) -> *mut u8 {
+        debug_assert_eq!(self.state(), State::Owned);
+        self.owner.store(0, Ordering::Relaxed);
+        self.on_partial.set(false);
+        self.next.set(ptr::null_mut());
+        // Acquire: sees the remote freers' links (their Release CAS).
+        remote_list(self.remote.0.swap(REMOTE_LISTED, Ordering::Acquire))
+    }
+
+    /// LISTED -> OWNED by heap `owner`, node lock held (a refill from the
+    /// node list; the caller has unlinked the slab).
+    pub fn take_listed(&self, owner: usize) {
+        debug_assert_eq!(self.state(), State::Listed);
+        self.check();
+        self.owner.store(owner, Ordering::Relaxed);
+        // Relaxed: freers that saw LISTED read `remote` again under the node
+        // lock, which we hold; new freers push onto the remote list.
+        self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
+    }
+
+    /// LISTED -> FULL, node lock held, for a slab handed over with nothing
+    /// free (unlinked).
+    pub fn make_full_from_listed(&self) {
+        debug_assert_eq!(self.state(), State::Listed);
+        debug_assert!(self.local_free.get().is_null() && self.uncarved() == 0);
+        debug_assert_eq!(self.inuse.get(), self.objects.get());
+        self.last_owner.set(0);
+        // Release: publishes the fields to the freer that claims the slab.
+        self.remote.0.store(REMOTE_FULL, Ordering::Release);
+    }
+
+    /// LISTED -> FREE, node lock held, for an empty unlinked slab that goes
+    /// back to its segment.
+    pub fn make_free(&self) {
+        debug_assert_eq!(self.state(), State::Listed);
+        debug_assert_eq!(self.inuse.get(), 0);
+        self.check();
+        // Relaxed: freers of its objects (all invalid now) read it after
+        // taking the node lock we hold, or see FREE and stop.
+        self.remote.0.store(REMOTE_FREE, Ordering::Relaxed);
+    }
+
+    /// Checks, in debug builds, that the slab's counts agree with its local
+    /// list: `inuse` plus the free objects on `local_free` plus the
+    /// uncarved ones make `objects`. The caller holds the slab's lists (it
+    /// owns the slab, has claimed it, or holds the node lock).
+    #[inline]
+    pub fn check(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let bound = self.objects.get();
+            let free = crate::freelist::list_len(self.local_free.get(), bound);
+            assert_eq!(
+                self.inuse.get() + free + self.uncarved(),
+                bound,
+                "slab {:p}: inuse {} + local free {free} + uncarved {} != objects {bound}",
+                self,
+                self.inuse.get(),
+                self.uncarved()
+            );
+            let owned = self.owner.load(Ordering::Relaxed) != 0;
+            assert!(
+                !owned || self.state() == State::Owned,
+                "slab {:p}: owner set while not OWNED",
+                self
+            );
+        }
+    }
+
+    // -----------------------------------------------------------------
+    // Objects
 
     /// Whether `p` is the start of an object slot of this slab that has been
     /// carved, so could have been handed out. Cost: two loads from the
@@ -242,7 +549,10 @@ impl Slab {
     pub unsafe fn is_object_start_owned(&self, p: *mut u8) -> bool {
         let offset = (p as usize & (SLAB_BYTES - 1)) as u32;
         // SAFETY: per the contract, no other thread writes `carved` now.
+        #[cfg(not(loom))]
         let carved = unsafe { *self.carved.as_ptr() };
+        #[cfg(loom)]
+        let carved = self.carved.load(Ordering::Relaxed);
         self.div.get().is_slot_below(offset, carved)
     }
 
@@ -315,67 +625,31 @@ impl Slab {
     }
 }
 
-/// Length of a free list, stopping the process if it is longer than the slab
-/// could hold or leaves the slab (a corrupted list).
-pub fn list_len(mut obj: *mut u8, bound: u32) -> u32 {
-    let mut n = 0;
-    while !obj.is_null() {
-        n += 1;
-        // SAFETY: `obj` is on a free list of a slab we own or hold the lock of.
-        let next = unsafe { get_next(obj) };
-        if n > bound || !link_is_sane(obj, next) {
-            os::fatal(
-                "free list corrupted (write after free or overflow?)",
-                obj as usize,
-            );
-        }
-        obj = next;
-    }
-    n
+/// Stops the process: `p` is not the start of a block this slab handed out.
+#[cold]
+#[inline(never)]
+pub fn invalid_free(p: *mut u8) -> ! {
+    os::fatal(
+        "free of an invalid pointer (not the start of a block)",
+        p as usize,
+    )
 }
 
-/// Whether `target` is on the free list starting at `obj`.
-pub fn list_contains(mut obj: *mut u8, target: *mut u8, bound: u32) -> bool {
-    let mut n = 0;
-    while !obj.is_null() && n <= bound {
-        if obj == target {
-            return true;
-        }
-        n += 1;
-        // SAFETY: as in `list_len`.
-        let next = unsafe { get_next(obj) };
-        if !link_is_sane(obj, next) {
-            return false;
-        }
-        obj = next;
-    }
-    false
+/// Stops the process: `p` is already free.
+#[cold]
+#[inline(never)]
+pub fn double_free(p: *mut u8) -> ! {
+    os::fatal("double free", p as usize)
 }
 
-/// Appends list `a` in front of list `b`; returns the joined head and the
-/// length of `a`, which it walks (stopping the process if it is corrupted).
-pub fn list_join(a: *mut u8, b: *mut u8, bound: u32) -> (*mut u8, u32) {
-    if a.is_null() {
-        return (b, 0);
-    }
-    let mut tail = a;
-    let mut n = 0;
-    loop {
-        // SAFETY: as in `list_len`.
-        let next = unsafe { get_next(tail) };
-        n += 1;
-        if n > bound || !link_is_sane(tail, next) {
-            os::fatal(
-                "free list corrupted (write after free or overflow?)",
-                tail as usize,
-            );
-        }
-        if next.is_null() {
-            break;
-        }
-        tail = next;
-    }
-    // SAFETY: `tail` is the last object of list `a`, free and ours.
-    unsafe { set_next(tail, b) };
-    (a, n)
+/// Whether `p`, a slot of a slab, holds in its first word a valid free-list
+/// link: either it is free already or the program stored something that
+/// looks like one. Reads `p`'s first word.
+///
+/// # Safety
+/// `p` lies inside a mapped slab.
+#[inline(always)]
+pub unsafe fn looks_free(p: *mut u8) -> bool {
+    // SAFETY: per the contract, the word is mapped and readable.
+    link_is_sane(p, unsafe { crate::freelist::get_next(p) })
 }

@@ -9,127 +9,86 @@
 
 use core::fmt;
 
+use crate::counters::{global, Ev};
 use crate::node::NODES;
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 
-/// Per-class events kept in each thread's counter block.
-#[derive(Clone, Copy)]
-#[repr(usize)]
-pub enum Ev {
-    AllocFast,
-    AllocSlow,
-    FreeFast,
-    FreeSlow,
-    FreeRemote,
-    RefillOwn,
-    RefillPartial,
-    RefillNode,
-    SlabsNew,
-    SlabsFreed,
-    /// A gauge, not an event: slabs on this thread's partial list.
-    ThreadPartial,
-}
-
-impl Ev {
-    pub const COUNT: usize = 11;
-}
-
-/// One thread's counters for one class. Single writer (the owning thread).
-#[repr(C)]
-pub struct Counters([AtomicU64; Ev::COUNT]);
-
-impl Counters {
-    pub const fn new() -> Self {
-        Counters([const { AtomicU64::new(0) }; Ev::COUNT])
-    }
-
-    /// Adds `n`: a relaxed load and store, which x86-64 compiles to one
-    /// `add` to memory, with no lock prefix.
-    #[inline(always)]
-    pub fn add(&self, ev: Ev, n: u64) {
-        if cfg!(feature = "bench-no-counters") && !matches!(ev, Ev::ThreadPartial) {
-            return;
+/// Declares a statistics struct from one row per field: its documentation,
+/// its name (the JSON key), and how the text report shows it. Makes the
+/// struct, `FIELDS` (the names in order), `values()` and the text spec.
+macro_rules! stat_fields {
+    (
+        $(#[doc = $sdoc:literal])*
+        $name:ident, $shown:ident: $spec:ty;
+        $( $(#[doc = $doc:literal])* $field:ident: $how:expr; )*
+    ) => {
+        $(#[doc = $sdoc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: u64, )*
         }
-        let c = &self.0[ev as usize];
-        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-    }
 
-    #[inline(always)]
-    pub fn inc(&self, ev: Ev) {
-        self.add(ev, 1);
-    }
+        impl $name {
+            /// Every field's name, in order: the keys of the JSON report.
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+            /// How the text report shows each field, in order.
+            const $shown: &'static [$spec] = &[$($how),*];
 
-    #[inline(always)]
-    pub fn sub(&self, ev: Ev, n: u64) {
-        self.add(ev, n.wrapping_neg());
-    }
-
-    pub fn clear(&self) {
-        for c in self.0.iter() {
-            c.store(0, Ordering::Relaxed);
+            /// Every field's value, in the order of `FIELDS`.
+            pub fn values(&self) -> impl Iterator<Item = u64> {
+                [$(self.$field),*].into_iter()
+            }
         }
-    }
-
-    pub fn get_index(&self, i: usize) -> u64 {
-        self.0[i].load(Ordering::Relaxed)
-    }
+    };
 }
 
-/// Process-wide counters of rare events, updated with atomic adds.
-pub struct Global {
-    pub mmaps: AtomicU64,
-    pub purges: AtomicU64,
-    pub segments: AtomicU64,
-    pub large_blocks: AtomicU64,
-    pub large_bytes: AtomicU64,
-    pub large_mapped: AtomicU64,
-    pub large_cached: AtomicU64,
-}
-
-static GLOBAL: Global = Global {
-    mmaps: AtomicU64::new(0),
-    purges: AtomicU64::new(0),
-    segments: AtomicU64::new(0),
-    large_blocks: AtomicU64::new(0),
-    large_bytes: AtomicU64::new(0),
-    large_mapped: AtomicU64::new(0),
-    large_cached: AtomicU64::new(0),
-};
-
-pub fn global() -> &'static Global {
-    &GLOBAL
-}
-
-/// One size class, as `/proc/slabinfo` and SLUB_STATS would show it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    pub object_size: u64,
-    pub objects_per_slab: u64,
+stat_fields! {
+    /// One size class, as `/proc/slabinfo` and SLUB_STATS would show it. In
+    /// the text report a field is a column (header, width) or not shown.
+    CacheStats, COLUMNS: Option<(&'static str, usize)>;
+    /// Bytes per object.
+    object_size: Some(("size", 6));
+    /// Objects one slab of the class holds.
+    objects_per_slab: None;
     /// Blocks handed out and not yet freed.
-    pub objects_in_use: u64,
+    objects_in_use: Some(("in_use", 10));
     /// Object slots in all slabs of the class.
-    pub objects_total: u64,
-    pub slabs: u64,
+    objects_total: Some(("total", 10));
+    /// Slabs the class holds.
+    slabs: Some(("slabs", 6));
     /// Thread partial slabs plus node partial slabs.
-    pub partial_slabs: u64,
-    pub thread_partial_slabs: u64,
-    pub node_partial_slabs: u64,
-    /// Free objects on the node partial list (seed 000's counter).
-    pub partial_free_objects: u64,
-    pub alloc_fast: u64,
-    pub alloc_slow: u64,
-    pub free_fast: u64,
-    pub free_slow: u64,
-    pub free_remote: u64,
+    partial_slabs: None;
+    /// Slabs on threads' partial lists.
+    thread_partial_slabs: Some(("tpart", 5));
+    /// Slabs on the node partial list.
+    node_partial_slabs: Some(("npart", 5));
+    /// Free objects on the node partial list, kept as slabs enter and leave it.
+    partial_free_objects: Some(("partfree", 8));
+    /// Allocations served by the fast path.
+    alloc_fast: Some(("alloc_fast", 11));
+    /// Allocations that took the slow path.
+    alloc_slow: Some(("alloc_slow", 10));
+    /// Frees by the slab's owner on the fast path.
+    free_fast: Some(("free_fast", 11));
+    /// Frees through the slow path (claims of full slabs, frees into listed ones).
+    free_slow: Some(("free_slow", 9));
+    /// Frees pushed onto another thread's slab.
+    free_remote: Some(("free_rmt", 9));
     /// Refills of the fast path from the active slab's own free lists.
-    pub refill_own: u64,
-    pub refill_partial: u64,
-    pub refill_node: u64,
-    pub slabs_allocated: u64,
-    pub slabs_freed: u64,
-    pub node_head: u64,
-    pub node_tail: u64,
+    refill_own: Some(("rf_own", 8));
+    /// Refills from the thread's partial list.
+    refill_partial: Some(("rf_part", 8));
+    /// Refills from the node partial list.
+    refill_node: Some(("rf_node", 8));
+    /// Slabs taken from segments.
+    slabs_allocated: Some(("slab+", 7));
+    /// Slabs given back to segments.
+    slabs_freed: Some(("slab-", 7));
+    /// Slabs the node placement policy put at the list's head.
+    node_head: Some(("head", 7));
+    /// Slabs it put at the tail.
+    node_tail: Some(("tail", 7));
 }
 
 impl CacheStats {
@@ -139,36 +98,57 @@ impl CacheStats {
     }
 }
 
-/// Process-wide totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
+stat_fields! {
+    /// Process-wide totals. In the text report each is "label value unit".
+    Totals, LABELS: (&'static str, &'static str);
     /// Bytes in live blocks, counted at their class or page-rounded size.
-    pub bytes_in_use: u64,
+    bytes_in_use: ("in use", " B");
     /// Bytes mapped from the kernel: segments and large blocks.
-    pub bytes_mapped: u64,
+    bytes_mapped: ("mapped", " B");
     /// Resident set of the whole process, from /proc/self/statm.
-    pub resident_bytes: u64,
-    pub segments: u64,
-    pub large_blocks: u64,
-    pub large_bytes: u64,
-    pub large_cached_bytes: u64,
-    pub mmaps: u64,
-    pub purges: u64,
-    pub threads_alive: u64,
-    pub threads_exited: u64,
+    resident_bytes: ("resident", " B");
+    /// Segments mapped.
+    segments: ("segments", "");
+    /// Large blocks live.
+    large_blocks: ("large blocks", "");
+    /// Bytes of the live large blocks' mappings.
+    large_bytes: ("large bytes", " B");
+    /// Bytes of freed large-block mappings kept for reuse.
+    large_cached_bytes: ("large cached", " B");
+    /// The large-block cache's current bound: a quarter of the most bytes
+    /// live in large blocks since the last purge, 64 MiB to 1 GiB.
+    large_cache_limit_bytes: ("large cache limit", " B");
+    /// Large allocations served from the cache (whole, split or grown).
+    large_cache_hits: ("large cache hits", "");
+    /// Mappings made.
+    mmaps: ("mmaps", "");
+    /// Ranges given back to the kernel (MADV_DONTNEED).
+    purges: ("purges", "");
+    /// Bytes given back to the kernel by purges: free slabs madvised, and
+    /// free segments and cached large blocks unmapped before they were.
+    bytes_purged: ("purged", " B");
+    /// Purge passes made by the background purger thread.
+    background_purges: ("background purges", "");
+    /// Background purger threads started (one lives while a purge is pending).
+    purger_starts: ("purger starts", "");
+    /// Threads with a heap, alive.
+    threads_alive: ("threads alive", "");
+    /// Threads that had a heap and exited.
+    threads_exited: ("threads exited", "");
 }
 
 /// A snapshot of every counter. Taking one costs O(threads + classes).
 #[derive(Clone, Debug)]
 pub struct Stats {
     caches: [CacheStats; NUM_CLASSES],
+    /// Process-wide totals.
     pub totals: Totals,
 }
 
 /// Takes a statistics snapshot without walking any list.
 pub fn stats() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = crate::thread_heap::sum_counters(&mut sums, true);
+    let (alive, exited) = crate::heap::sum_counters(&mut sums, true);
     build(&sums, alive, exited)
 }
 
@@ -176,7 +156,7 @@ pub fn stats() -> Stats {
 /// handler that interrupted the allocator).
 pub(crate) fn stats_for_report() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = crate::thread_heap::sum_counters(&mut sums, false);
+    let (alive, exited) = crate::heap::sum_counters(&mut sums, false);
     build(&sums, alive, exited)
 }
 
@@ -189,17 +169,20 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.object_size = CLASS_BYTES[class] as u64;
         c.objects_per_slab = objects_per_slab(class) as u64;
         c.alloc_fast = e(Ev::AllocFast);
-        c.alloc_slow = e(Ev::AllocSlow);
+        // Allocations from and frees into listed slabs, and the slabs they
+        // took from and gave back to segments, are counted on the node.
+        let on_node = |c: &crate::sync::AtomicU64| c.load(Ordering::Relaxed);
+        c.alloc_slow = e(Ev::AllocSlow) + on_node(&node.allocs_listed);
         c.free_fast = e(Ev::FreeFast);
-        c.free_slow = e(Ev::FreeSlow);
+        c.free_slow = e(Ev::FreeSlow) + on_node(&node.frees_listed);
         c.free_remote = e(Ev::FreeRemote);
         c.objects_in_use =
             (c.alloc_fast + c.alloc_slow).wrapping_sub(c.free_fast + c.free_slow + c.free_remote);
         c.refill_own = e(Ev::RefillOwn);
         c.refill_partial = e(Ev::RefillPartial);
         c.refill_node = e(Ev::RefillNode);
-        c.slabs_allocated = e(Ev::SlabsNew);
-        c.slabs_freed = e(Ev::SlabsFreed);
+        c.slabs_allocated = e(Ev::SlabsNew) + on_node(&node.slabs_new);
+        c.slabs_freed = e(Ev::SlabsFreed) + on_node(&node.slabs_freed);
         c.slabs = c.slabs_allocated.wrapping_sub(c.slabs_freed);
         c.objects_total = c.slabs * c.objects_per_slab;
         c.thread_partial_slabs = e(Ev::ThreadPartial);
@@ -217,20 +200,80 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         bytes_in_use: bytes_in_use + large_bytes,
         bytes_mapped: segments * crate::segment::SEGMENT_BYTES as u64
             + g.large_mapped.load(Ordering::Relaxed),
-        resident_bytes: resident_bytes(),
+        resident_bytes: crate::os::resident_bytes(),
         segments,
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
-        mmaps: g.mmaps.load(Ordering::Relaxed),
-        purges: g.purges.load(Ordering::Relaxed),
+        large_cache_limit_bytes: g.large_cache_limit.load(Ordering::Relaxed),
+        large_cache_hits: g.large_cache_hits.load(Ordering::Relaxed),
+        mmaps: crate::os::MMAPS.load(Ordering::Relaxed),
+        purges: crate::os::PURGES.load(Ordering::Relaxed),
+        bytes_purged: crate::os::PURGED_BYTES.load(Ordering::Relaxed),
+        background_purges: g.background_purges.load(Ordering::Relaxed),
+        purger_starts: g.purger_starts.load(Ordering::Relaxed),
         threads_alive: alive,
         threads_exited: exited,
     };
     Stats { caches, totals }
 }
 
+/// The process-wide totals in one line, under the names jemalloc-ctl
+/// (`tikv-jemalloc-ctl`'s `stats` module) gives them where they mean the
+/// same thing, so a service can export them as it exports jemalloc's.
+///
+/// `Display` writes `allocated=N active=N mapped=N rss=N` (bytes, one line,
+/// logfmt); `format!("{stats:#}")` on a [`Stats`] writes the same line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// jemalloc's `stats.allocated`: bytes in live blocks, counted at their
+    /// size class (large blocks page-rounded). [`Totals::bytes_in_use`].
+    pub allocated: u64,
+    /// jemalloc's `stats.active`: bytes of the pages that hold live blocks,
+    /// a multiple of the page size and at least `allocated`: every slab that
+    /// belongs to a size class (64 KiB each, free slots included) plus the
+    /// live large blocks.
+    pub active: u64,
+    /// Bytes the allocator has mapped from the kernel now: its segments
+    /// (free and purged slabs included) and its large-block mappings (the
+    /// reuse cache included). jemalloc's `stats.mapped` leaves out extents
+    /// with no live block, so this is the larger of the two for the same heap;
+    /// slubmalloc keeps no `retained` (mapped but unused) address space
+    /// apart from it: what it purges and keeps mapped is counted here.
+    /// [`Totals::bytes_mapped`].
+    pub mapped: u64,
+    /// The resident set of the whole process (`/proc/self/statm`), not
+    /// jemalloc's `stats.resident` (the allocator's own resident pages),
+    /// hence the other name. [`Totals::resident_bytes`].
+    pub rss: u64,
+}
+
+impl fmt::Display for Summary {
+    /// `allocated=N active=N mapped=N rss=N`, in bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "allocated={} active={} mapped={} rss={}",
+            self.allocated, self.active, self.mapped, self.rss
+        )
+    }
+}
+
 impl Stats {
+    /// The totals in one line under jemalloc-ctl's names ([`Summary`]).
+    pub fn summary(&self) -> Summary {
+        let slab_bytes: u64 = self
+            .caches()
+            .map(|c| c.slabs * crate::segment::SLAB_BYTES as u64)
+            .sum();
+        Summary {
+            allocated: self.totals.bytes_in_use,
+            active: slab_bytes + self.totals.large_bytes,
+            mapped: self.totals.bytes_mapped,
+            rss: self.totals.resident_bytes,
+        }
+    }
+
     /// One entry per size class, smallest first.
     pub fn caches(&self) -> impl Iterator<Item = &CacheStats> {
         self.caches.iter()
@@ -241,63 +284,18 @@ impl Stats {
         crate::size_class::class_for(size, 1).map(|c| &self.caches[c])
     }
 
-    /// Writes the snapshot as one JSON document.
+    /// Writes the snapshot as one JSON document: `caches` (the classes in
+    /// use, each with every field of `CacheStats`) and `totals`.
     pub fn write_json(&self, w: &mut impl fmt::Write) -> fmt::Result {
         w.write_str("{\"caches\":[")?;
-        let mut first = true;
-        for c in self.caches.iter().filter(|c| c.in_use()) {
-            if !first {
-                w.write_str(",")?;
-            }
-            first = false;
-            write!(
-                w,
-                "{{\"object_size\":{},\"objects_per_slab\":{},\"objects_in_use\":{},\"objects_total\":{},\
-                 \"slabs\":{},\"partial_slabs\":{},\"thread_partial_slabs\":{},\"node_partial_slabs\":{},\
-                 \"partial_free_objects\":{},\"alloc_fast\":{},\"alloc_slow\":{},\"free_fast\":{},\
-                 \"free_slow\":{},\"free_remote\":{},\"refill_own\":{},\"refill_partial\":{},\"refill_node\":{},\
-                 \"slabs_allocated\":{},\"slabs_freed\":{},\"node_head\":{},\"node_tail\":{}}}",
-                c.object_size,
-                c.objects_per_slab,
-                c.objects_in_use,
-                c.objects_total,
-                c.slabs,
-                c.partial_slabs,
-                c.thread_partial_slabs,
-                c.node_partial_slabs,
-                c.partial_free_objects,
-                c.alloc_fast,
-                c.alloc_slow,
-                c.free_fast,
-                c.free_slow,
-                c.free_remote,
-                c.refill_own,
-                c.refill_partial,
-                c.refill_node,
-                c.slabs_allocated,
-                c.slabs_freed,
-                c.node_head,
-                c.node_tail
-            )?;
+        for (i, c) in self.caches.iter().filter(|c| c.in_use()).enumerate() {
+            w.write_str(if i == 0 { "{" } else { ",{" })?;
+            write_json_fields(w, CacheStats::FIELDS, c.values())?;
+            w.write_str("}")?;
         }
-        let t = &self.totals;
-        write!(
-            w,
-            "],\"totals\":{{\"bytes_in_use\":{},\"bytes_mapped\":{},\"resident_bytes\":{},\"segments\":{},\
-             \"large_blocks\":{},\"large_bytes\":{},\"large_cached_bytes\":{},\"mmaps\":{},\"purges\":{},\
-             \"threads_alive\":{},\"threads_exited\":{}}}}}",
-            t.bytes_in_use,
-            t.bytes_mapped,
-            t.resident_bytes,
-            t.segments,
-            t.large_blocks,
-            t.large_bytes,
-            t.large_cached_bytes,
-            t.mmaps,
-            t.purges,
-            t.threads_alive,
-            t.threads_exited
-        )
+        w.write_str("],\"totals\":{")?;
+        write_json_fields(w, Totals::FIELDS, self.totals.values())?;
+        w.write_str("}}")
     }
 
     /// The snapshot as a JSON string (allocates; for programs, not for the
@@ -310,100 +308,43 @@ impl Stats {
 }
 
 impl fmt::Display for Stats {
-    /// A table in the spirit of /proc/slabinfo, one row per class in use.
+    /// A table in the spirit of /proc/slabinfo, one row per class in use
+    /// (the fields with a column in `CacheStats`), then the totals; the
+    /// alternate form (`{:#}`) is the one-line [`Summary`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{:>6} {:>10} {:>10} {:>6} {:>5} {:>5} {:>8} {:>11} {:>9} {:>11} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-            "size",
-            "in_use",
-            "total",
-            "slabs",
-            "tpart",
-            "npart",
-            "partfree",
-            "alloc_fast",
-            "alloc_slow",
-            "free_fast",
-            "free_slow",
-            "free_rmt",
-            "refill",
-            "rf_node",
-            "slab+",
-            "slab-",
-            "head",
-            "tail"
-        )?;
-        for c in self.caches.iter().filter(|c| c.in_use()) {
-            writeln!(
-                f,
-                "{:>6} {:>10} {:>10} {:>6} {:>5} {:>5} {:>8} {:>11} {:>9} {:>11} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-                c.object_size,
-                c.objects_in_use,
-                c.objects_total,
-                c.slabs,
-                c.thread_partial_slabs,
-                c.node_partial_slabs,
-                c.partial_free_objects,
-                c.alloc_fast,
-                c.alloc_slow,
-                c.free_fast,
-                c.free_slow,
-                c.free_remote,
-                c.refill_own + c.refill_partial,
-                c.refill_node,
-                c.slabs_allocated,
-                c.slabs_freed,
-                c.node_head,
-                c.node_tail
-            )?;
+        if f.alternate() {
+            return fmt::Display::fmt(&self.summary(), f);
         }
-        let t = &self.totals;
-        writeln!(
-            f,
-            "in use {} B, mapped {} B, resident {} B, segments {}, large blocks {} ({} B, {} B cached), mmaps {}, purges {}, threads alive {}, exited {}",
-            t.bytes_in_use,
-            t.bytes_mapped,
-            t.resident_bytes,
-            t.segments,
-            t.large_blocks,
-            t.large_bytes,
-            t.large_cached_bytes,
-            t.mmaps,
-            t.purges,
-            t.threads_alive,
-            t.threads_exited
-        )
+        let columns = || CacheStats::COLUMNS.iter().filter_map(|c| *c);
+        for (i, (header, width)) in columns().enumerate() {
+            write!(f, "{}{header:>width$}", if i == 0 { "" } else { " " })?;
+        }
+        writeln!(f)?;
+        for c in self.caches.iter().filter(|c| c.in_use()) {
+            let shown = c
+                .values()
+                .zip(CacheStats::COLUMNS)
+                .filter_map(|(v, col)| col.map(|(_, w)| (v, w)));
+            for (i, (value, width)) in shown.enumerate() {
+                write!(f, "{}{value:>width$}", if i == 0 { "" } else { " " })?;
+            }
+            writeln!(f)?;
+        }
+        for (i, (value, (label, unit))) in self.totals.values().zip(Totals::LABELS).enumerate() {
+            write!(f, "{}{label} {value}{unit}", if i == 0 { "" } else { ", " })?;
+        }
+        writeln!(f)
     }
 }
 
-/// Resident bytes of the process from /proc/self/statm, read without allocating.
-pub fn resident_bytes() -> u64 {
-    let _keep = crate::os::ErrnoGuard::save();
-    // SAFETY: a NUL-terminated literal path; the fd is closed below.
-    let fd = unsafe {
-        libc::open(
-            c"/proc/self/statm".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return 0;
+/// `"name":value` pairs, comma-separated.
+fn write_json_fields(
+    w: &mut impl fmt::Write,
+    names: &[&str],
+    values: impl Iterator<Item = u64>,
+) -> fmt::Result {
+    for (i, (name, value)) in names.iter().zip(values).enumerate() {
+        write!(w, "{}\"{name}\":{value}", if i == 0 { "" } else { "," })?;
     }
-    let mut buf = [0u8; 128];
-    // SAFETY: reads at most buf.len() bytes into `buf`.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    // SAFETY: `fd` is ours.
-    unsafe { libc::close(fd) };
-    if n <= 0 {
-        return 0;
-    }
-    // statm: "size resident shared ..." in pages.
-    let fields = buf[..n as usize].split(|&b| b == b' ');
-    let resident = fields.clone().nth(1).unwrap_or(b"0");
-    let pages = resident
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64);
-    pages * crate::os::PAGE_BYTES as u64
+    Ok(())
 }

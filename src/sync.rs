@@ -1,11 +1,24 @@
-//! The allocator's one lock: a futex mutex that never allocates, can be
-//! declared in a `static`, and can be reset in a forked child.
+//! The allocator's atomics and cells, its one lock (a futex mutex that never
+//! allocates, can be declared in a `static`, and can be reset in a forked
+//! child), and the store-order fence.
 //!
-//! All atomics the allocator uses come from here, so a model checker can be
-//! swapped in at one place.
+//! The slab protocol (`slab`, `node`, `freelist`) takes its atomics and
+//! cells from here, so that the model check (`tests/model`, built with
+//! `--cfg loom`) swaps in loom's, which explore every interleaving and
+//! catch unsynchronised cell accesses. Other modules use these too, except
+//! for a few counters no protocol depends on, which say so.
 
+#[cfg(not(loom))]
+pub use core::cell::Cell;
+#[cfg(not(loom))]
 pub use core::sync::atomic::{
-    AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
+#[cfg(loom)]
+pub use loom::cell::Cell;
+#[cfg(loom)]
+pub use loom::sync::atomic::{
+    fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 
 use core::cell::UnsafeCell;
@@ -21,7 +34,16 @@ pub struct Lock {
 }
 
 impl Lock {
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
+        Lock {
+            state: AtomicU32::new(UNLOCKED),
+        }
+    }
+
+    /// Loom's atomics are not made in const context.
+    #[cfg(loom)]
+    pub fn new() -> Self {
         Lock {
             state: AtomicU32::new(UNLOCKED),
         }
@@ -40,11 +62,30 @@ impl Lock {
         }
     }
 
+    /// Under the model checker: spin, yielding to the other threads.
+    #[cfg(loom)]
+    fn lock_contended(&self) {
+        // Acquire: as in `lock`.
+        while self
+            .state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            loom::thread::yield_now();
+        }
+    }
+
+    /// Spins, then yields (crossbeam's `Backoff`: 1, 2, .. 64 pause
+    /// instructions, then `sched_yield`, eleven rounds in all, retrying the
+    /// lock after each), while the holder is likely to let go soon; then
+    /// sleeps on the futex. Neither step allocates or touches errno.
+    #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {
-        for _ in 0..64 {
-            core::hint::spin_loop();
+        let backoff = crossbeam_utils::Backoff::new();
+        while !backoff.is_completed() {
+            // Acquire: as in `lock`.
             if self.state.load(Ordering::Relaxed) == UNLOCKED
                 && self
                     .state
@@ -53,6 +94,7 @@ impl Lock {
             {
                 return;
             }
+            backoff.snooze();
         }
         // Acquire: as in `lock`.
         while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
@@ -68,6 +110,7 @@ impl Lock {
     pub fn unlock(&self) {
         // Release: publishes the critical section; pairs with `lock`'s Acquire.
         if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            #[cfg(not(loom))]
             futex(&self.state, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
         }
     }
@@ -109,6 +152,7 @@ impl Drop for Guard<'_> {
     }
 }
 
+#[cfg(not(loom))]
 fn futex(word: &AtomicU32, op: i32, val: u32) {
     let _keep = crate::os::ErrnoGuard::save();
     // SAFETY: `word` is a live, aligned u32; FUTEX_WAIT/WAKE read it only.
@@ -125,6 +169,40 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
     }
 }
 
+/// Sleeps while `word` holds `expected`, at most `timeout_ns` (the
+/// background purger's wait; a `wake` or a changed word ends it early).
+#[cfg(not(loom))]
+pub fn wait_on(word: &AtomicU32, expected: u32, timeout_ns: u64) {
+    let _keep = crate::os::ErrnoGuard::save();
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned u32 and `ts` a valid relative
+    // timeout; FUTEX_WAIT only reads them.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+            0,
+            0,
+        );
+    }
+}
+
+/// Wakes every thread in `wait_on(word, ..)`.
+#[cfg(not(loom))]
+pub fn wake(word: &AtomicU32) {
+    futex(
+        word,
+        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+        i32::MAX as u32,
+    );
+}
+
 /// Keeps the stores before it ahead of the stores after it, as any observer
 /// sees them, including a child forked while this thread was between the
 /// two (see `fork`: the child repairs a half-done critical section and
@@ -132,7 +210,7 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
 /// where stores are seen in program order; it binds the compiler there.
 #[inline(always)]
 pub fn store_order_fence() {
-    core::sync::atomic::fence(Ordering::Release);
+    fence(Ordering::Release);
 }
 
 /// Data protected by a `Lock`, usable in a `static`.
@@ -145,6 +223,7 @@ pub struct Locked<T> {
 unsafe impl<T: Send> Sync for Locked<T> {}
 
 impl<T> Locked<T> {
+    #[cfg(not(loom))]
     pub const fn new(v: T) -> Self {
         Locked {
             lock: Lock::new(),

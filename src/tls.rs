@@ -11,7 +11,7 @@
 //! The slot starts as `&EMPTY_HEAP` (a relocated `.tdata` image, which the
 //! dynamic linker copies to each thread after relocating it).
 
-use crate::thread_heap::Heap;
+use crate::heap::Heap;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
@@ -27,7 +27,7 @@ mod imp {
         "slubmalloc_thread_heap:",
         ".quad {empty}",
         ".popsection",
-        empty = sym crate::thread_heap::EMPTY_HEAP,
+        empty = sym crate::heap::EMPTY_HEAP,
     );
 
     /// Cost: two loads (the GOT entry, then `fs:`), no call.
@@ -67,7 +67,7 @@ mod imp {
     use core::cell::Cell;
 
     thread_local! {
-        static HEAP: Cell<*mut Heap> = const { Cell::new(crate::thread_heap::EMPTY) };
+        static HEAP: Cell<*mut Heap> = const { Cell::new(crate::heap::EMPTY) };
     }
 
     #[inline(always)]
@@ -82,3 +82,10 @@ mod imp {
 }
 
 pub use imp::{get, set};
+
+/// The calling thread's heap: its own, or a static one (`EMPTY_HEAP` before
+/// its first slow path, `DEAD_HEAP` after its exit).
+#[inline(always)]
+pub fn current() -> *mut Heap {
+    get()
+}

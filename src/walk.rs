@@ -1,30 +1,38 @@
 //! The verification walk: recounts, by visiting every heap, node list and
 //! slab, what the statistics keep incrementally. It exists to prove the
-//! counters exact (`tests/stats_exact.rs`); it is O(slabs) and takes locks.
+//! counters exact (`tests/global_allocator/stats_exact.rs`); it is O(slabs) and takes locks.
 //! Other threads must not allocate or free while it runs.
 
+use crate::freelist;
 use crate::node::NODES;
 use crate::segment;
 use crate::size_class::NUM_CLASSES;
 use crate::slab;
 use crate::sync::Ordering;
-use crate::thread_heap;
 
 /// What the walk found for one size class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalkedCache {
+    /// Objects neither free on a list nor uncarved.
     pub objects_in_use: u64,
+    /// Slabs in use in the segments.
     pub slabs: u64,
+    /// Slabs on threads' partial lists.
     pub thread_partial_slabs: u64,
+    /// Slabs on the node list.
     pub node_partial_slabs: u64,
+    /// Free objects (listed and uncarved) on node-listed slabs.
     pub partial_free_objects: u64,
     /// Listed slabs whose `inuse` disagrees with their free list (must be 0).
     pub inuse_mismatches: u64,
 }
 
+/// What the walk found, per class and in all.
 #[derive(Clone, Debug)]
 pub struct Walk {
+    /// One entry per size class, smallest first.
     pub caches: [WalkedCache; NUM_CLASSES],
+    /// Live large blocks in the large-block table.
     pub large_blocks: u64,
 }
 
@@ -33,14 +41,14 @@ pub fn walk() -> Walk {
     let mut caches = [WalkedCache::default(); NUM_CLASSES];
     let mut detached = [0u64; NUM_CLASSES];
     let mut thread_partial = [0u64; NUM_CLASSES];
-    thread_heap::walk_heaps(&mut detached, &mut thread_partial);
+    crate::heap::walk_heaps(&mut detached, &mut thread_partial);
     for (class, node) in NODES.iter().enumerate() {
         let _g = node.lock.guard();
         let w = &mut caches[class];
         w.thread_partial_slabs = thread_partial[class];
         node.for_each(|s| {
             w.node_partial_slabs += 1;
-            let free = slab::list_len(s.local_free.get(), s.objects.get()) + s.uncarved();
+            let free = freelist::list_len(s.local_free.get(), s.objects.get()) + s.uncarved();
             w.partial_free_objects += free as u64;
             if s.inuse.get() != s.objects.get() - free {
                 w.inuse_mismatches += 1;
@@ -52,8 +60,8 @@ pub fn walk() -> Walk {
         let class = s.class.get() as usize;
         let bound = s.objects.get();
         let remote = slab::remote_list(s.remote.0.load(Ordering::Acquire));
-        let free = slab::list_len(s.local_free.get(), bound)
-            + slab::list_len(remote, bound)
+        let free = freelist::list_len(s.local_free.get(), bound)
+            + freelist::list_len(remote, bound)
             + s.uncarved();
         caches[class].slabs += 1;
         caches[class].objects_in_use += bound as u64;

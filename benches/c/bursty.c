@@ -12,6 +12,7 @@
  *   sample T_MS RSS_KIB        (one per sample, plus one at each event)
  *   summary peak_kib=.. end_kib=.. end_over_peak=..
  */
+#include "bench.h"
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,32 +27,10 @@ static long sample_ms[MAX_SAMPLES], sample_kib[MAX_SAMPLES];
 static atomic_int nsamples;
 static atomic_int stop;
 static long sample_period_ms = 100;
-static struct timespec t0;
+static double t0;
 
 static long elapsed_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-}
-
-static long rss_kib(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    long size = 0, resident = 0;
-    sscanf(buf, "%ld %ld", &size, &resident);
-    return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
+    return (long)((now_s() - t0) * 1000);
 }
 
 static void take_sample(void) {
@@ -75,14 +54,6 @@ static void *sampler(void *arg) {
     return NULL;
 }
 
-static uint64_t next_rand(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bursty MIB [LIGHT_MS [SAMPLE_MS [MAX_SIZE]]]\n");
@@ -96,7 +67,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bursty: bad arguments\n");
         return 2;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = now_s();
     pthread_t tid;
     pthread_create(&tid, NULL, sampler, NULL);
 

@@ -14,6 +14,7 @@
  * minus fp_base_X, over ITERATIONS, is what one malloc + free costs
  * (ci/bench.sh does this with CALLGRIND=1).
  */
+#include "bench.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,6 @@ static size_t sizes[NSIZES];
 static void **slots;
 static char dummy[1 << 16];
 
-#define NOINLINE __attribute__((noinline))
-
 NOINLINE static void *fake_malloc(size_t n) {
     __asm__ volatile("" ::"r"(n) : "memory");
     return dummy;
@@ -33,9 +32,6 @@ NOINLINE static void *fake_malloc(size_t n) {
 NOINLINE static void fake_free(void *p) {
     __asm__ volatile("" ::"r"(p) : "memory");
 }
-
-/* Makes `p` escape, so that the compiler cannot elide a malloc/free pair. */
-#define ESCAPE(p) __asm__ volatile("" ::"r"(p) : "memory")
 
 #define PHASES(NAME_FIXED, NAME_PAIRS, NAME_LIFO, NAME_FIFO, MALLOC, FREE)                     \
     NOINLINE static unsigned long NAME_FIXED(long iters, size_t size) {                        \

@@ -9,6 +9,7 @@
  *
  * Prints the median and the 90th percentile in microseconds.
  */
+#include "bench.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,12 +37,6 @@ static void *churner(void *arg) {
     return NULL;
 }
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -62,7 +57,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, churner, (void *)(intptr_t)i);
     double *us = malloc(sizeof(double) * forks);
     for (int k = 0; k < forks; k++) {
-        double t0 = now_us();
+        double t0 = (now_s() * 1e6);
         pid_t pid = fork();
         if (pid == 0) {
             void *p = malloc(100);
@@ -71,7 +66,7 @@ int main(int argc, char **argv) {
         }
         int status;
         waitpid(pid, &status, 0);
-        us[k] = now_us() - t0;
+        us[k] = (now_s() * 1e6) - t0;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
     }
     atomic_store(&stop, 1);

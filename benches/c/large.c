@@ -8,6 +8,7 @@
  *
  *   large ITERATIONS [MIN_KIB MAX_KIB [LIVE [THREADS]]]
  */
+#include "bench.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,14 +18,6 @@
 static long iterations;
 static size_t min_bytes, max_bytes;
 static int live;
-
-static uint64_t next_rand(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 static unsigned long touch(char *p, size_t from, size_t to) {
     unsigned long sum = 0;

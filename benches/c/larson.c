@@ -9,6 +9,7 @@
  *
  *   larson THREADS BLOCKS OPS GENERATIONS [MIN MAX]
  */
+#include "bench.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,14 +21,6 @@ static long blocks, ops, generations;
 static size_t min_size, max_size;
 static char ***arrays;
 static pthread_barrier_t barrier;
-
-static uint64_t next_rand(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 static char *new_block(uint64_t *seed) {
     size_t size = min_size + next_rand(seed) % (max_size - min_size + 1);

@@ -9,6 +9,7 @@
  *
  * Prints a checksum so that the work cannot be optimised away.
  */
+#include "bench.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -27,14 +28,6 @@ struct ring {
     uint64_t seed;
     uint64_t sum;
 };
-
-static uint64_t next_rand(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 static void *producer(void *arg) {
     struct ring *r = arg;

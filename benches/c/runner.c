@@ -14,6 +14,7 @@
  * around fork/wait; CPU time and peak resident memory from wait4's rusage.
  */
 #define _GNU_SOURCE
+#include "bench.h"
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,12 +25,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double tv_s(struct timeval tv) {
     return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;

@@ -10,6 +10,7 @@
  * Prints resident memory after the first tenth of the threads and at the
  * end, to show whether memory grows with the number of threads ever started.
  */
+#include "bench.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,30 +25,13 @@ struct job {
     void **left; /* allocs/2 blocks handed to the main thread */
 };
 
-static long rss_kib(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    long size = 0, resident = 0;
-    sscanf(buf, "%ld %ld", &size, &resident);
-    return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static void *worker(void *arg) {
     struct job *j = arg;
     uint64_t s = j->seed;
     void *mine[1024];
     long kept = 0, given = 0;
     for (long i = 0; i < allocs; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
+        next_rand(&s);
         size_t size = 16 + s % 497;
         char *p = malloc(size);
         if (!p)

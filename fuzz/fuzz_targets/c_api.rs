@@ -15,7 +15,7 @@
 
 #![no_main]
 
-#[path = "../../tests/model/mod.rs"]
+#[path = "../../tests/ops_model/mod.rs"]
 mod model;
 
 use core::ffi::{c_int, c_void};

@@ -1,4 +1,4 @@
-//! The shared operation model (`tests/model/mod.rs`) with its threads
+//! The shared operation model (`tests/ops_model/`) with its threads
 //! running at once: two to four threads (the input's first byte picks) run
 //! their own slices of the input concurrently, hand blocks to each other
 //! through lock-free rings (remote frees racing the owner's refills, slab
@@ -11,7 +11,7 @@
 
 #![no_main]
 
-#[path = "../../tests/model/mod.rs"]
+#[path = "../../tests/ops_model/mod.rs"]
 mod model;
 
 use libfuzzer_sys::fuzz_target;

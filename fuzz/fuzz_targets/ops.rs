@@ -1,4 +1,4 @@
-//! The shared operation model (`tests/model/mod.rs`) in lockstep: one to
+//! The shared operation model (`tests/ops_model/`) in lockstep: one to
 //! four threads (the input's first byte picks) take turns, one operation at
 //! a time, so an input replays exactly. Blocks cross threads through the
 //! model's hand-off rings and outlive the threads that allocated them;
@@ -13,7 +13,7 @@
 
 #![no_main]
 
-#[path = "../../tests/model/mod.rs"]
+#[path = "../../tests/ops_model/mod.rs"]
 mod model;
 
 use libfuzzer_sys::fuzz_target;

@@ -1,0 +1,7 @@
+//! Gives libslubmalloc.so a soname, as a shared library has: tools find a
+//! library by it, valgrind among them (`valgrind
+//! --soname-synonyms=somalloc=*slubmalloc*` replaces the malloc family of
+//! the object whose soname matches, so that memcheck sees the heap).
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libslubmalloc.so");
+}

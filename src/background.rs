@@ -1,0 +1,96 @@
+//! The background purger: a thread that gives free memory back to the
+//! kernel when its purge deadline passes, so that a program that frees and
+//! then goes idle (or whose threads free and exit) does not keep it
+//! resident. It exists only while something is pending (`purge` keeps its
+//! state), never keeps a process alive for longer than one purge delay
+//! after the last other thread, blocks every signal, holds no file
+//! descriptor, and never allocates. `SLUBMALLOC_BACKGROUND_PURGE=0` turns
+//! it off.
+//!
+//! It is started only from points that hold no allocator lock and that no
+//! libc lock `pthread_create` needs can be around: the allocation slow path
+//! and the thread-exit destructor. Never from `free`: glibc frees a dead
+//! thread's TLS with its stack-cache lock held, and `pthread_create` takes
+//! that lock. `pthread_create` itself allocates (the new thread's TLS
+//! vector); those allocations see the purger STARTING and start nothing.
+
+use core::ptr;
+
+use crate::heap::DEAD;
+use crate::purge;
+
+/// Starts the purger if one is wanted (`purge::purger_wanted`). The caller
+/// holds no allocator lock. Cost when none is wanted: two loads.
+#[inline]
+pub fn start_if_wanted() {
+    if purge::purger_wanted() {
+        start();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn start() {
+    if !purge::claim_start() {
+        return;
+    }
+    let _keep = crate::os::ErrnoGuard::save();
+    // SAFETY: plain C calls on values on our stack: the attribute object is
+    // initialised before use and destroyed after; the signal sets are
+    // filled before they are read. The new thread starts in `purger`, which
+    // never unwinds.
+    let created = unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        // The new thread inherits the mask: the program's signals are never
+        // delivered to the purger.
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut thread: libc::pthread_t = 0;
+        let rc = libc::pthread_create(&mut thread, &attr, purger, ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        rc == 0
+    };
+    purge::start_done(created);
+}
+
+/// The purger's body: sleeps until the deadline, purges, and leaves after a
+/// whole delay with nothing pending.
+extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
+    // Whatever this thread's libc does on its behalf (its exit frees TLS of
+    // other threads) goes through the orphan heap: it never gets a heap of
+    // its own, whose exit destructor would not run.
+    crate::tls::set(DEAD);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"slubmalloc-purge".as_ptr()) };
+    let mut idle_since = 0;
+    loop {
+        let now = purge::now_ns();
+        let at = purge::deadline();
+        if at == 0 {
+            if idle_since == 0 {
+                idle_since = now;
+            } else if now.saturating_sub(idle_since) >= purge::delay_ns() {
+                if purge::purger_may_stop() {
+                    return ptr::null_mut();
+                }
+                idle_since = 0;
+                continue;
+            }
+            purge::purger_wait(purge::delay_ns().max(1_000_000));
+            continue;
+        }
+        idle_since = 0;
+        if now < at {
+            purge::purger_wait(at - now);
+            continue;
+        }
+        if crate::segment::purge_if_due() {
+            purge::count_background_purge();
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The allocator's counters: per thread and class, a block of event counters
+//! that only its thread writes, with relaxed loads and stores (no locked
+//! instruction on any path); and the process-wide counters of rare events.
+//! Summing and formatting them is `stats`'s.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Per-class events kept in each thread's counter block.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+pub enum Ev {
+    AllocFast,
+    AllocSlow,
+    FreeFast,
+    FreeSlow,
+    FreeRemote,
+    RefillOwn,
+    RefillPartial,
+    RefillNode,
+    SlabsNew,
+    SlabsFreed,
+    /// A gauge, not an event: slabs on this thread's partial list.
+    ThreadPartial,
+}
+
+impl Ev {
+    pub const COUNT: usize = 11;
+}
+
+/// One thread's counters for one class. Single writer (the owning thread).
+#[repr(C)]
+pub struct Counters([AtomicU64; Ev::COUNT]);
+
+impl Counters {
+    pub const fn new() -> Self {
+        Counters([const { AtomicU64::new(0) }; Ev::COUNT])
+    }
+
+    /// Adds `n`: a relaxed load and store, which x86-64 compiles to one
+    /// `add` to memory, with no lock prefix.
+    #[inline(always)]
+    pub fn add(&self, ev: Ev, n: u64) {
+        if cfg!(slubmalloc_bench_no_counters) && !matches!(ev, Ev::ThreadPartial) {
+            return;
+        }
+        let c = &self.0[ev as usize];
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    pub fn inc(&self, ev: Ev) {
+        self.add(ev, 1);
+    }
+
+    #[inline(always)]
+    pub fn sub(&self, ev: Ev, n: u64) {
+        self.add(ev, n.wrapping_neg());
+    }
+
+    /// Zeroes the counters that are not zero: a block never written stays
+    /// unwritten (its page need not become resident).
+    pub fn clear_if_set(&self) {
+        for c in self.0.iter().filter(|c| c.load(Ordering::Relaxed) != 0) {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get_index(&self, i: usize) -> u64 {
+        self.0[i].load(Ordering::Relaxed)
+    }
+}
+
+/// Process-wide counters of rare events, updated with atomic adds.
+pub struct Global {
+    pub segments: AtomicU64,
+    pub large_blocks: AtomicU64,
+    pub large_bytes: AtomicU64,
+    pub large_mapped: AtomicU64,
+    pub large_cached: AtomicU64,
+    /// The large-block cache's current bound (`large`).
+    pub large_cache_limit: AtomicU64,
+    /// Large allocations served from the cache.
+    pub large_cache_hits: AtomicU64,
+    /// Purge passes made by the background purger.
+    pub background_purges: AtomicU64,
+    /// Background purger threads started.
+    pub purger_starts: AtomicU64,
+}
+
+static GLOBAL: Global = Global {
+    segments: AtomicU64::new(0),
+    large_blocks: AtomicU64::new(0),
+    large_bytes: AtomicU64::new(0),
+    large_mapped: AtomicU64::new(0),
+    large_cached: AtomicU64::new(0),
+    large_cache_limit: AtomicU64::new(0),
+    large_cache_hits: AtomicU64::new(0),
+    background_purges: AtomicU64::new(0),
+    purger_starts: AtomicU64::new(0),
+};
+
+pub fn global() -> &'static Global {
+    &GLOBAL
+}

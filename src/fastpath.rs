@@ -1,0 +1,166 @@
+//! The fast paths: allocation and free by the thread that owns the slab,
+//! a few loads, compares and stores each, no atomic read-modify-write, no
+//! lock. Everything else goes to `refill` (allocation) and `release` (free).
+
+use core::ptr;
+
+use crate::counters::Ev;
+use crate::debug;
+use crate::freelist::{corrupted_link, get_next, link_is_sane, set_next, CHECKS};
+use crate::heap::ClassHeap;
+use crate::refill::alloc_slow;
+use crate::release::{free_slow, free_suspicious, slab_emptied};
+use crate::segment::{slab_of, SLAB_BYTES};
+use crate::size_class::NUM_CLASSES;
+use crate::slab::{invalid_free, State};
+use crate::sync::Ordering;
+use crate::tls::current;
+
+/// Allocates one object of `class` for a request of `size` bytes at `align`
+/// (used only by the debug slow path). Fast path: a TLS load, a pop from
+/// the detached free list, a link check, two stores and a counter increment.
+#[inline(always)]
+pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
+    alloc_scaled(class * core::mem::size_of::<ClassHeap>(), size, align)
+}
+
+/// `alloc` for the class at byte offset `scaled` in the heap (the class times
+/// `CLASS_SCALE`, as `size_class::scaled_class_by_table` gives it).
+#[inline(always)]
+pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
+    let heap = current();
+    debug_assert!(scaled < NUM_CLASSES * core::mem::size_of::<ClassHeap>());
+    // SAFETY: `heap` is this thread's heap or a static one; `scaled` is a
+    // class's offset, below `NUM_CLASSES * CLASS_SCALE`.
+    let c = unsafe { (*heap).class_at(scaled) };
+    let obj = c.free.get();
+    if obj.is_null() {
+        return alloc_slow(scaled / core::mem::size_of::<ClassHeap>(), size, align);
+    }
+    // --- heap profile: the byte countdown (a `sub` to memory and a `js`);
+    // only a thread's own heap gets here (the static ones have no list).
+    // SAFETY: as above.
+    if unsafe { (*heap).prof_count(size) } {
+        return sampled_or_not(scaled / core::mem::size_of::<ClassHeap>(), size, align);
+    }
+    // ---
+    // SAFETY: `obj` is a free object of our active slab.
+    let next = unsafe { get_next(obj) };
+    // `link_is_sane`, as two branches: the usual case (a link within the
+    // slab) costs a compare and a jump, the end of the list one more.
+    if CHECKS && (obj as usize ^ next as usize) >= SLAB_BYTES {
+        unlikely();
+        if !next.is_null() {
+            corrupted_link(obj);
+        }
+    }
+    c.free.set(next);
+    if CHECKS {
+        // Clear the link: a stale one would look like a free block to `free`.
+        // SAFETY: `obj` is ours and at least 8 bytes.
+        unsafe { *(obj as *mut usize) = 0 };
+    }
+    c.ev.inc(Ev::AllocFast);
+    obj
+}
+
+/// The fast path's countdown ran out: a sampled block, or else the usual
+/// one (the sampler may have allocated meanwhile, so the list is read anew).
+#[cold]
+#[inline(never)]
+fn sampled_or_not(class: usize, size: usize, align: usize) -> *mut u8 {
+    let me = sampled_or_not as *const () as usize;
+    let p = crate::profile::sample_small(class, size, align, me);
+    if p.is_null() {
+        crate::refill::alloc_unsampled(class, size, align)
+    } else {
+        p
+    }
+}
+
+/// Frees an object inside one of our segments. Fast path (the slab is ours):
+/// a TLS load, the slab from the address, an owner compare, the object-start
+/// test, the double-free test, a counter, and a push: onto the heap's
+/// detached list if the slab is the active one, as SLUB frees to the cpu
+/// freelist, so the next allocation reuses the block while it is in cache;
+/// else onto the slab's local list, with a decrement of its `inuse` (a slab
+/// that empties leaves the thread).
+///
+/// # Safety
+/// `p` lies inside a mapped segment (`segment::contains(p)`).
+#[inline(always)]
+pub unsafe fn free(p: *mut u8) {
+    let heap = current();
+    // SAFETY: per the contract, `p`'s segment header is mapped.
+    let slab = unsafe { &*slab_of(p) };
+    // Acquire: pairs with `give_back`'s Release (a plain load on x86-64).
+    if slab.owner.load(Ordering::Acquire) != heap as usize {
+        return free_slow(slab, p);
+    }
+    // A slot never carved (never handed out) fails here too: no extra load.
+    // SAFETY: `heap` owns `slab` (just compared), and `heap` is ours.
+    if CHECKS && !unsafe { slab.is_object_start_owned(p) } {
+        invalid_free(p);
+    }
+    // SAFETY: `p` is an object slot of a slab we own.
+    if CHECKS && link_is_sane(p, unsafe { get_next(p) }) {
+        return free_suspicious(heap, slab, p);
+    }
+    // SAFETY: `heap` is this thread's live heap; `heap_offset` is a class's.
+    let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
+    // (The counter goes last: a store through `c` before the pushes would
+    // make the compiler load the free-list secret a second time.)
+    if ptr::eq(c.active.get(), slab) {
+        // SAFETY: `p` is a live object of our active slab; it becomes free.
+        unsafe { set_next(p, c.free.get()) };
+        c.free.set(p);
+        c.ev.inc(Ev::FreeFast);
+        return;
+    }
+    // SAFETY: as above, for a slab we own.
+    unsafe { set_next(p, slab.local_free.get()) };
+    slab.local_free.set(p);
+    c.ev.inc(Ev::FreeFast);
+    let inuse = slab.inuse.get() - 1;
+    slab.inuse.set(inuse);
+    if inuse == 0 {
+        // SAFETY: `heap` owns `slab`, so it is a live heap of this thread.
+        slab_emptied(unsafe { &*heap }, slab);
+    }
+}
+
+/// Marks the branch that calls it as rarely taken (`core::hint::cold_path`
+/// is newer than our minimum Rust version).
+#[cold]
+#[inline(always)]
+fn unlikely() {}
+
+/// Usable size of an object inside one of our segments.
+///
+/// # Safety
+/// As for `free`.
+#[inline]
+pub unsafe fn usable_size(p: *mut u8) -> usize {
+    // SAFETY: per the contract.
+    let slab = unsafe { &*slab_of(p) };
+    if slab.state() == State::Free || !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    if debug::enabled() {
+        return debug::requested_size(slab, p);
+    }
+    slab.size.get() as usize
+}
+
+/// The class of the slab holding `p` (for realloc in place).
+///
+/// # Safety
+/// As for `free`.
+pub unsafe fn class_of_ptr(p: *mut u8) -> usize {
+    // SAFETY: per the contract.
+    let slab = unsafe { &*slab_of(p) };
+    if slab.state() == State::Free || !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    slab.class.get() as usize
+}

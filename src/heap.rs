@@ -1,0 +1,472 @@
+//! Per-thread heaps: for each size class an active slab whose free list is
+//! detached into the heap (SLUB's `kmem_cache_cpu.freelist`), a short thread
+//! partial list, the stack of slabs handed back by other threads, and the
+//! thread's counters; the registry of live heaps with the retired totals;
+//! the static heaps (`EMPTY_HEAP`, `DEAD_HEAP`, the orphan heap, the
+//! profile heap that owns the slabs of sampled blocks).
+//!
+//! A thread starts on `EMPTY_HEAP`, whose lists are all empty, so its first
+//! allocation takes the slow path, which creates its heap (`init`); no fast
+//! path tests for initialisation. After its exit destructor a thread points
+//! at `DEAD_HEAP`, and any further slow path uses the orphan heap under
+//! `ORPHAN_LOCK`.
+
+use core::cell::Cell;
+use core::ptr;
+
+use crate::counters::{Counters, Ev};
+use crate::freelist;
+use crate::os;
+use crate::segment::SLAB_BYTES;
+use crate::size_class::{CLASS_BYTES, NUM_CLASSES};
+use crate::slab::Slab;
+use crate::sync::{AtomicPtr, Lock, Locked, Ordering};
+
+/// Slabs a thread keeps on its partial list per class, besides the active one;
+/// past it the oldest goes to the node list. Most are nearly full and a slab
+/// that empties leaves at once, so holding them costs little memory. larson
+/// (2 threads, 10,000 blocks of 16..1024 bytes each) needs about 17 slabs of
+/// its biggest classes per thread: median CPU time 0.285 s with 16, 0.216 s
+/// with 32 (7 interleaved runs, tcmalloc 0.181 s).
+pub const MAX_THREAD_PARTIAL: u32 = 32;
+
+/// Per class: the fast path's state and this thread's counters for the class.
+/// Aligned to 256 bytes (it needs 144) so that finding a class's heap from
+/// its index is one shift, not a multiply by 192.
+#[repr(C, align(256))]
+pub struct ClassHeap {
+    /// Free objects of `active`, detached from it: the allocation fast path.
+    pub free: Cell<*mut u8>,
+    pub active: Cell<*mut Slab>,
+    /// Thread partial list, linked through `Slab::next` and `prev` (a slab
+    /// that empties leaves from the middle): refills take the head; slabs
+    /// that just got their first free join at the tail, so they gather more
+    /// frees before their turn.
+    pub partial: Cell<*mut Slab>,
+    partial_tail: Cell<*mut Slab>,
+    pub partial_count: Cell<u32>,
+    /// In debug mode the detached list waits here, so that `free` stays
+    /// empty and every allocation takes the slow path.
+    pub stash: Cell<*mut u8>,
+    /// Our full slabs handed back by their first free from another thread,
+    /// linked through `Slab::next` (a stack other threads push on; we take
+    /// it whole). `CLOSED` once the thread has exited.
+    pub returned: AtomicPtr<Slab>,
+    pub ev: Counters,
+}
+
+const _: () = assert!(core::mem::size_of::<ClassHeap>() == crate::size_class::CLASS_SCALE);
+// `Slab::heap_offset` holds a class's offset in a heap in 16 bits.
+const _: () = assert!(NUM_CLASSES * core::mem::size_of::<ClassHeap>() <= u16::MAX as usize);
+
+/// A thread's heap. The class heaps come first (the fast paths find one at
+/// a fixed offset); the header after them holds what a thread writes for
+/// its cold classes (`shared`), so that a thread that uses few objects of
+/// each class dirties that one page of its heap and no class heap.
+#[repr(C, align(64))]
+pub struct Heap {
+    pub classes: [ClassHeap; NUM_CLASSES],
+    /// Registry links.
+    pub next: Cell<*mut Heap>,
+    pub prev: Cell<*mut Heap>,
+    /// The heap profile's per-thread state (`profile.rs`): bytes left
+    /// before the next sample (the allocation fast path subtracts the size
+    /// and takes the sampling path when it goes below zero; `i64::MAX` with
+    /// profiling off), the sampling random state, the reentrancy guard.
+    pub prof_left: Cell<i64>,
+    pub prof_rng: Cell<u64>,
+    pub prof_busy: Cell<bool>,
+    /// Set while `profile::calibrate` allocates through Rust's entry points.
+    pub prof_calibrating: Cell<bool>,
+    /// Classes that are warm in this heap (bit `class`): the thread has
+    /// owned a slab of them, or took `shared::SHARED_OBJECTS` objects. Only
+    /// their class heaps hold lists; only their `returned` stacks are open.
+    warm: Cell<u64>,
+    /// Per class, objects taken from shared slabs while the class was cold.
+    pub shared_taken: [Cell<u8>; NUM_CLASSES],
+}
+
+const _: () = assert!(NUM_CLASSES <= 64, "`Heap::warm` has a bit per class");
+
+// SAFETY: a heap's Cells are written only by its thread (or, for
+// ORPHAN_HEAP, under ORPHAN_LOCK); other threads read only its atomics.
+unsafe impl Sync for Heap {}
+
+impl ClassHeap {
+    /// Adds an owned slab to the partial list, at the head or the tail.
+    pub fn push_partial(&self, slab: &Slab, at_tail: bool) {
+        debug_assert!(!slab.on_partial.get());
+        let s = slab as *const Slab as *mut Slab;
+        slab.on_partial.set(true);
+        let (head, tail) = (self.partial.get(), self.partial_tail.get());
+        if head.is_null() {
+            slab.next.set(ptr::null_mut());
+            slab.prev.set(ptr::null_mut());
+            self.partial.set(s);
+            self.partial_tail.set(s);
+        } else if at_tail {
+            slab.next.set(ptr::null_mut());
+            slab.prev.set(tail);
+            // SAFETY: the tail of a non-empty partial list is a live slab of ours.
+            unsafe { (*tail).next.set(s) };
+            self.partial_tail.set(s);
+        } else {
+            slab.next.set(head);
+            slab.prev.set(ptr::null_mut());
+            // SAFETY: as above, for the head.
+            unsafe { (*head).prev.set(s) };
+            self.partial.set(s);
+        }
+        self.partial_count.set(self.partial_count.get() + 1);
+        self.ev.add(Ev::ThreadPartial, 1);
+    }
+
+    /// Takes the head of the partial list.
+    pub fn pop_partial(&self) -> *mut Slab {
+        let p = self.partial.get();
+        if !p.is_null() {
+            // SAFETY: slabs on our partial list are live and ours.
+            self.unlink_partial(unsafe { &*p });
+        }
+        p
+    }
+
+    /// Takes `slab` off the partial list; it stays owned.
+    pub fn unlink_partial(&self, slab: &Slab) {
+        debug_assert!(slab.on_partial.get());
+        let (prev, next) = (slab.prev.get(), slab.next.get());
+        match prev {
+            // SAFETY: list neighbours are live slabs of ours.
+            p if !p.is_null() => unsafe { (*p).next.set(next) },
+            _ => self.partial.set(next),
+        }
+        match next {
+            // SAFETY: as above.
+            n if !n.is_null() => unsafe { (*n).prev.set(prev) },
+            _ => self.partial_tail.set(prev),
+        }
+        slab.on_partial.set(false);
+        self.partial_count.set(self.partial_count.get() - 1);
+        self.ev.sub(Ev::ThreadPartial, 1);
+    }
+
+    /// Empties the partial list, returning its head (linked through `next`).
+    pub fn take_partials(&self) -> *mut Slab {
+        self.ev
+            .sub(Ev::ThreadPartial, self.partial_count.replace(0) as u64);
+        self.partial_tail.set(ptr::null_mut());
+        self.partial.replace(ptr::null_mut())
+    }
+
+    const fn new() -> Self {
+        ClassHeap {
+            free: Cell::new(ptr::null_mut()),
+            active: Cell::new(ptr::null_mut()),
+            partial: Cell::new(ptr::null_mut()),
+            partial_tail: Cell::new(ptr::null_mut()),
+            partial_count: Cell::new(0),
+            stash: Cell::new(ptr::null_mut()),
+            returned: AtomicPtr::new(ptr::null_mut()),
+            ev: Counters::new(),
+        }
+    }
+}
+
+impl Heap {
+    /// The class heap at byte offset `offset`: `classes` is the first field,
+    /// so no multiply.
+    ///
+    /// # Safety
+    /// `offset` is a class times `CLASS_SCALE` (a `Slab::heap_offset`, or
+    /// from `size_class::scaled_class_by_table`).
+    #[inline(always)]
+    pub unsafe fn class_at(&self, offset: usize) -> &ClassHeap {
+        debug_assert!(offset < core::mem::size_of_val(&self.classes));
+        // SAFETY: per the contract, inside `classes`, which starts the
+        // repr(C) Heap.
+        unsafe {
+            &*(self as *const Heap)
+                .cast::<u8>()
+                .add(offset)
+                .cast::<ClassHeap>()
+        }
+    }
+
+    /// Empties a pooled heap for a new thread: the lists of its warm
+    /// classes, and any counter that is not zero (a page of class heaps
+    /// that no thread wrote stays untouched, so not resident). The
+    /// `returned` stacks stay CLOSED until the new thread warms their class
+    /// up (`warm_up`): no slab filled by an earlier thread is handed to it.
+    pub fn reset(&self) {
+        for (class, c) in self.classes.iter().enumerate() {
+            if self.is_warm(class) {
+                c.free.set(ptr::null_mut());
+                c.active.set(ptr::null_mut());
+                c.partial.set(ptr::null_mut());
+                c.partial_tail.set(ptr::null_mut());
+                c.partial_count.set(0);
+                c.stash.set(ptr::null_mut());
+            }
+            c.ev.clear_if_set();
+        }
+        for taken in self.shared_taken.iter().filter(|t| t.get() != 0) {
+            taken.set(0);
+        }
+        self.warm.set(0);
+        self.next.set(ptr::null_mut());
+        self.prev.set(ptr::null_mut());
+    }
+
+    /// Whether `class` is warm in this heap (see `warm`).
+    #[inline]
+    pub fn is_warm(&self, class: usize) -> bool {
+        self.warm.get() & (1 << class) != 0
+    }
+
+    /// Makes `class` warm: from now on the heap may own slabs of it, and
+    /// its `returned` stack is open (reopened if an earlier thread of this
+    /// pooled heap closed it at exit).
+    pub fn warm_up(&self, class: usize) {
+        if self.is_warm(class) {
+            return;
+        }
+        self.warm.set(self.warm.get() | 1 << class);
+        // Relaxed: nothing is published; a give-back that still reads
+        // CLOSED adopts its slab instead, as it would have before.
+        let _ = self.classes[class].returned.compare_exchange(
+            crate::slab::CLOSED,
+            ptr::null_mut(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    const fn new() -> Self {
+        Heap {
+            classes: [const { ClassHeap::new() }; NUM_CLASSES],
+            next: Cell::new(ptr::null_mut()),
+            prev: Cell::new(ptr::null_mut()),
+            prof_left: Cell::new(0),
+            prof_rng: Cell::new(0),
+            prof_busy: Cell::new(false),
+            prof_calibrating: Cell::new(false),
+            warm: Cell::new(0),
+            shared_taken: [const { Cell::new(0) }; NUM_CLASSES],
+        }
+    }
+
+    /// The allocation fast path's profile countdown: subtracts `size` from
+    /// the bytes left before the next sample; true when it goes below zero
+    /// (sample this allocation). Two instructions on x86-64 (`sub` to
+    /// memory, `js`). Only on a thread's own heap (not the static ones).
+    #[inline(always)]
+    pub fn prof_count(&self, size: usize) -> bool {
+        let left = self.prof_left.get().wrapping_sub(size as i64);
+        self.prof_left.set(left);
+        left < 0
+    }
+}
+
+pub static EMPTY_HEAP: Heap = Heap::new();
+pub static DEAD_HEAP: Heap = Heap::new();
+/// The heap of threads past their exit destructor, used under `ORPHAN_LOCK`:
+/// `FIRST_ORPHAN_HEAP`, or a fresh one in a forked child that found the old
+/// one half written (`repair_orphan_in_child`).
+static ORPHAN: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_ORPHAN_HEAP as *const Heap as *mut Heap);
+static FIRST_ORPHAN_HEAP: Heap = Heap::new();
+pub static ORPHAN_LOCK: Lock = Lock::new();
+
+pub fn orphan_heap() -> &'static Heap {
+    // SAFETY: ORPHAN names a static heap or a mapping that is never unmapped.
+    unsafe { &*ORPHAN.load(Ordering::Relaxed) }
+}
+
+/// The heap that owns the slabs holding sampled blocks (`profile.rs`),
+/// used under `prof_table::PROF_LOCK`: `FIRST_PROF_HEAP`, or a fresh one in
+/// a forked child that found it half written (`replace_prof_in_child`). No thread's
+/// heap, so every free of a sampled block misses the free fast path's owner
+/// compare and reaches `release::free_slow`, which hands it to the profile.
+static PROF: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_PROF_HEAP as *const Heap as *mut Heap);
+static FIRST_PROF_HEAP: Heap = Heap::new();
+
+pub fn prof_heap() -> &'static Heap {
+    // SAFETY: PROF names a static heap or a mapping that is never unmapped.
+    unsafe { &*PROF.load(Ordering::Relaxed) }
+}
+
+/// The owner id of the profile heap's slabs (its address, never a thread
+/// heap's id nor 0).
+#[inline]
+pub fn prof_owner() -> usize {
+    PROF.load(Ordering::Relaxed) as usize
+}
+
+pub const EMPTY: *mut Heap = &EMPTY_HEAP as *const Heap as *mut Heap;
+pub const DEAD: *mut Heap = &DEAD_HEAP as *const Heap as *mut Heap;
+
+/// The id a heap stores in `Slab::owner`: the heap's address, with bit 0
+/// set in debug mode so that the free fast path's owner compare always fails.
+#[inline]
+pub fn owner_tag(heap: *const Heap) -> usize {
+    heap as usize | crate::options::get().debug as usize
+}
+
+// ---------------------------------------------------------------------------
+// The registry
+
+pub struct Registry {
+    pub live: *mut Heap,
+    pub pool: *mut Heap,
+    pub retired: [[u64; Ev::COUNT]; NUM_CLASSES],
+    pub threads_alive: u64,
+    pub threads_exited: u64,
+}
+
+// SAFETY: the raw pointers are reached only under the registry lock.
+unsafe impl Send for Registry {}
+
+impl Registry {
+    /// Adds a heap's counters to the retired totals.
+    pub fn retire_counters(&mut self, h: &Heap) {
+        for (class, c) in h.classes.iter().enumerate() {
+            for (i, total) in self.retired[class].iter_mut().enumerate() {
+                *total = total.wrapping_add(c.ev.get_index(i));
+            }
+        }
+    }
+}
+
+pub static REGISTRY: Locked<Registry> = Locked::new(Registry {
+    live: ptr::null_mut(),
+    pool: ptr::null_mut(),
+    retired: [[0; Ev::COUNT]; NUM_CLASSES],
+    threads_alive: 0,
+    threads_exited: 0,
+});
+
+/// Sums every live heap's counters plus the retired totals into `out`;
+/// returns (threads alive, threads exited). With `wait == false` (a signal
+/// handler) it never blocks: if the registry lock is taken, it reads the
+/// lists without it, which is safe because heaps are never unmapped, only
+/// recycled, though a heap exiting at that moment may be missed.
+pub fn sum_counters(out: &mut [[u64; Ev::COUNT]; NUM_CLASSES], wait: bool) -> (u64, u64) {
+    let locked = if wait {
+        REGISTRY.lock.lock();
+        true
+    } else {
+        REGISTRY.lock.try_lock()
+    };
+    // SAFETY: with the lock held this is the only access; without it (signal
+    // handler) we only read, and every pointer reached is a live or pooled heap.
+    let r = unsafe { &*REGISTRY.data_ptr() };
+    *out = r.retired;
+    let mut add = |h: &Heap| {
+        for (class, c) in h.classes.iter().enumerate() {
+            for (i, total) in out[class].iter_mut().enumerate() {
+                *total = total.wrapping_add(c.ev.get_index(i));
+            }
+        }
+    };
+    add(orphan_heap());
+    add(prof_heap());
+    let mut h = r.live;
+    while !h.is_null() {
+        // SAFETY: registry members are live heaps.
+        let heap = unsafe { &*h };
+        add(heap);
+        h = heap.next.get();
+    }
+    let threads = (r.threads_alive, r.threads_exited);
+    if locked {
+        REGISTRY.lock.unlock();
+    }
+    threads
+}
+
+/// Per class: free objects on heaps' detached lists, and thread partial
+/// slabs. Verification walk only; other threads must be quiescent.
+pub fn walk_heaps(detached: &mut [u64; NUM_CLASSES], thread_partial: &mut [u64; NUM_CLASSES]) {
+    REGISTRY.with(|r| {
+        let mut visit = |h: &Heap| {
+            for (class, c) in h.classes.iter().enumerate() {
+                let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
+                detached[class] += freelist::list_len(c.free.get(), bound) as u64;
+                detached[class] += freelist::list_len(c.stash.get(), bound) as u64;
+                let mut p = c.partial.get();
+                while !p.is_null() {
+                    thread_partial[class] += 1;
+                    // SAFETY: partial slabs are live descriptors.
+                    p = unsafe { (*p).next.get() };
+                }
+            }
+        };
+        visit(orphan_heap());
+        let mut h = r.live;
+        while !h.is_null() {
+            // SAFETY: registry members are live heaps; lock held.
+            let heap = unsafe { &*h };
+            visit(heap);
+            h = heap.next.get();
+        }
+    })
+}
+
+/// In a forked child whose parent had other threads (see `fork`), if one of
+/// them held the registry lock: the live list is made whole again (a heap is
+/// linked in after its links are written and its link is reused for the
+/// pool only after it left the list, so the list is whole walked forward)
+/// and the lock freed. A thread lost half-way through its exit may have
+/// part of its counters in the retired totals as well as in its heap.
+pub fn repair_registry_in_child() {
+    if !REGISTRY.lock.is_locked() {
+        return;
+    }
+    // SAFETY: the child runs one thread, and the thread that held the lock
+    // is gone: nothing else touches the registry.
+    let r = unsafe { &mut *REGISTRY.data_ptr() };
+    let (mut prev, mut h, mut alive) = (ptr::null_mut(), r.live, 0);
+    while !h.is_null() {
+        // SAFETY: heaps reachable from `live` are live mappings.
+        let heap = unsafe { &*h };
+        heap.prev.set(prev);
+        alive += 1;
+        prev = h;
+        h = heap.next.get();
+    }
+    r.threads_alive = alive;
+    REGISTRY.lock.reset_in_child();
+}
+
+/// In a forked child whose parent had other threads, if one of them held
+/// `ORPHAN_LOCK`: the orphan heap's lists may be half written, so a fresh
+/// heap takes its place. The old one's slabs stay owned by it and are never
+/// reached again (what the child frees into them is leaked, never handed out
+/// twice); its counters join the retired totals. Runs after
+/// `repair_registry_in_child`.
+pub fn repair_orphan_in_child() {
+    if !ORPHAN_LOCK.is_locked() {
+        return;
+    }
+    let fresh = os::map(core::mem::size_of::<Heap>()) as *mut Heap;
+    if !fresh.is_null() {
+        REGISTRY.with(|r| r.retire_counters(orphan_heap()));
+        // A zeroed mapping is a valid empty heap, as in `create_heap`.
+        ORPHAN.store(fresh, Ordering::Relaxed);
+    }
+    ORPHAN_LOCK.reset_in_child();
+}
+
+/// In a forked child whose parent had other threads, one of which held
+/// `prof_table::PROF_LOCK` (see `fork`): the profile heap's slab lists may
+/// be half written, so a fresh heap takes its place, as for the orphan
+/// heap. The old one's slabs keep their owner, which is no heap's any more:
+/// frees into them take the remote path and are leaked, never handed out
+/// twice. Runs after `repair_registry_in_child`.
+pub fn replace_prof_in_child() {
+    let fresh = os::map(core::mem::size_of::<Heap>()) as *mut Heap;
+    if !fresh.is_null() {
+        REGISTRY.with(|r| r.retire_counters(prof_heap()));
+        // A zeroed mapping is a valid empty heap, as in `create_heap`.
+        PROF.store(fresh, Ordering::Relaxed);
+    }
+}

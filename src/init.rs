@@ -1,0 +1,120 @@
+//! Process and thread start and end: the one-time process init (the
+//! free-list secret, options, the thread-exit key, the fork handlers, the
+//! statistics report), the creation of a thread's heap, and its exit.
+
+use core::ptr;
+
+use crate::heap::{Heap, DEAD, REGISTRY};
+use crate::os;
+use crate::release::flush;
+use crate::sync::{store_order_fence, Ordering};
+
+static INIT: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+static mut KEY: libc::pthread_key_t = 0;
+
+/// Once per process: the free-list secret, options, the thread-exit key and
+/// the fork handlers. Nothing here allocates before `INIT` reads 2.
+fn init_process() {
+    if INIT.load(Ordering::Acquire) == 2 {
+        return;
+    }
+    if INIT
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread is initialising: spin a little, then yield
+        // (`Backoff::snooze` ends in `sched_yield`, which never allocates).
+        let backoff = crossbeam_utils::Backoff::new();
+        while INIT.load(Ordering::Acquire) != 2 {
+            backoff.snooze();
+        }
+        return;
+    }
+    crate::freelist::init_secret();
+    crate::options::get();
+    // SAFETY: KEY is written once, here, before INIT is published as 2.
+    unsafe { libc::pthread_key_create(&raw mut KEY, Some(thread_exit)) };
+    // Release: publishes KEY and the secret to threads that read INIT == 2.
+    INIT.store(2, Ordering::Release);
+    crate::fork::install();
+    crate::report::install();
+}
+
+pub fn create_heap() -> *mut Heap {
+    init_process();
+    let bytes = core::mem::size_of::<Heap>();
+    let mut mem = REGISTRY.with(|r| {
+        let h = r.pool;
+        if !h.is_null() {
+            // SAFETY: pooled heaps are live mappings linked through `next`.
+            r.pool = unsafe { (*h).next.get() };
+        }
+        h
+    });
+    if mem.is_null() {
+        // A fresh zeroed mapping is a valid empty heap (all nulls and zeros).
+        mem = os::map(bytes) as *mut Heap;
+        if mem.is_null() {
+            return ptr::null_mut();
+        }
+    } else {
+        // SAFETY: a pooled heap belongs to no thread; other threads may still
+        // read its `returned` stacks, so it is reset field by field.
+        unsafe { (*mem).reset() };
+    }
+    REGISTRY.with(|r| {
+        // SAFETY: `mem` is initialised; registry members are live heaps.
+        unsafe {
+            (*mem).next.set(r.live);
+            if !r.live.is_null() {
+                (*r.live).prev.set(mem);
+            }
+        }
+        // A forked child walks `live` forward (`repair_registry_in_child`).
+        store_order_fence();
+        r.live = mem;
+        r.threads_alive += 1;
+    });
+    // SAFETY: `mem` is the heap just made ours.
+    crate::profile::thread_start(unsafe { &*mem });
+    // SAFETY: KEY was created by init_process.
+    unsafe { libc::pthread_setspecific(KEY, mem as *const libc::c_void) };
+    crate::tls::set(mem);
+    mem
+}
+
+/// The pthread key destructor: this thread is exiting.
+extern "C" fn thread_exit(arg: *mut libc::c_void) {
+    let heap = arg as *mut Heap;
+    crate::tls::set(DEAD);
+    // SAFETY: `arg` is the heap this thread registered, still live.
+    let h = unsafe { &*heap };
+    flush(h, true);
+    REGISTRY.with(|r| {
+        r.retire_counters(h);
+        let (next, prev) = (h.next.get(), h.prev.get());
+        // SAFETY: neighbours are live registry members; lock held.
+        unsafe {
+            if prev.is_null() {
+                r.live = next;
+            } else {
+                (*prev).next.set(next);
+            }
+            if !next.is_null() {
+                (*next).prev.set(prev);
+            }
+        }
+        // Off the live list before its link is reused for the pool, and
+        // linked before the pool names it: a forked child walks both.
+        store_order_fence();
+        h.next.set(r.pool);
+        store_order_fence();
+        r.pool = heap;
+        r.threads_alive -= 1;
+        r.threads_exited += 1;
+    });
+    // What this thread freed, and the slabs it handed on, go back to the
+    // kernel after the delay even if no other thread calls the allocator
+    // again. No allocator lock is held here.
+    crate::background::start_if_wanted();
+}

@@ -1,0 +1,203 @@
+//! When free memory goes back to the kernel: the purge delay, the one
+//! deadline that free slabs (`segment`) and cached large blocks (`large`)
+//! wait for, the clock it is read against, and the state of the background
+//! purger, the thread that keeps that deadline while the program makes no
+//! call into the allocator (its body is `background`'s).
+//!
+//! The deadline is one word: 0 while nothing waits, else the monotonic time
+//! at which everything freed before it, less the delay, goes back. Whoever
+//! frees something schedules it (`schedule`, a no-op while one is pending);
+//! whoever purges first claims it (`take_due`, one CAS), so a purge runs
+//! once per deadline whether the purger or a slow path gets there first.
+//!
+//! The purger exists only while something is pending. Its life, one word
+//! (`STATE`): NONE -> STARTING (a slow path that holds no allocator lock
+//! won the CAS and calls `pthread_create`; that call allocates, and any
+//! allocation it makes sees STARTING and starts nothing) -> RUNNING -> NONE
+//! (it found nothing pending for one delay and left). A forked child has no
+//! purger: `reset_in_child` puts NONE back.
+
+use crate::counters::global;
+use crate::os;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// The purge deadline in monotonic nanoseconds (0: nothing pending).
+static DEADLINE_NS: AtomicU64 = AtomicU64::new(0);
+
+const NONE: u32 = 0;
+const STARTING: u32 = 1;
+const RUNNING: u32 = 2;
+/// The purger's life (module docs).
+static STATE: AtomicU32 = AtomicU32::new(NONE);
+/// Bumped by `schedule` when it wakes the purger: the futex word it sleeps on.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+/// After a failed `pthread_create` (a thread limit, a sandbox), no new
+/// attempt before this time: every slow path would try again otherwise.
+static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
+/// How long a failed start keeps the next attempt away.
+const RETRY_DELAY_NS: u64 = 1_000_000_000;
+/// The longest purge delay the purger serves. It sleeps until the deadline,
+/// and a program whose main thread ends with `pthread_exit` lives until its
+/// last thread does: a delay of hours would keep such a process alive that
+/// long. Beyond this, purges wait for the next slow path, as without it.
+const PURGER_MAX_DELAY_NS: u64 = 10_000_000_000;
+
+/// The monotonic clock deadlines are read against (`os::now_ns`: the coarse
+/// clock, a vDSO read with no system call).
+#[inline]
+pub fn now_ns() -> u64 {
+    os::now_ns()
+}
+
+/// `SLUBMALLOC_PURGE_DELAY_MS` in nanoseconds.
+pub fn delay_ns() -> u64 {
+    crate::options::get()
+        .purge_delay_ms
+        .saturating_mul(1_000_000)
+}
+
+/// Asks for a purge one delay from `now`, unless one is pending already;
+/// wakes the purger if it is alive. Called with or without allocator locks.
+pub fn schedule(now: u64) {
+    // Relaxed: a pending deadline is all this needs to know; the CAS below
+    // decides.
+    if DEADLINE_NS.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let at = now.saturating_add(delay_ns()).max(1);
+    // SeqCst, with the load of STATE below: pairs with the SeqCst store of
+    // NONE and load of the deadline in `purger_may_stop` (each side writes
+    // its word, then reads the other's), so a purger that leaves either sees
+    // this deadline or is seen gone, and the next slow path starts one.
+    if DEADLINE_NS
+        .compare_exchange(0, at, Ordering::SeqCst, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SeqCst: see above.
+    if STATE.load(Ordering::SeqCst) == RUNNING {
+        // Relaxed: the futex compares the word itself; the purger rereads
+        // the deadline after waking.
+        WAKE.fetch_add(1, Ordering::Relaxed);
+        crate::sync::wake(&WAKE);
+    }
+}
+
+/// The pending deadline (0: none).
+#[inline]
+pub fn deadline() -> u64 {
+    // Relaxed: a hint; `take_due`'s CAS decides who purges.
+    DEADLINE_NS.load(Ordering::Relaxed)
+}
+
+/// Claims the deadline if it has passed at `now`: true means the caller
+/// purges now (everything freed one delay before `now`), and nobody else will.
+#[inline]
+pub fn take_due(now: u64) -> bool {
+    let at = deadline();
+    // Relaxed: the purge that follows takes the segment and large-block
+    // locks, which order it after the frees it gives back.
+    at != 0
+        && now >= at
+        && DEADLINE_NS
+            .compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
+/// Claims any pending deadline at once (`malloc_trim` purges everything).
+pub fn take_now() {
+    // Relaxed: as in `take_due`.
+    DEADLINE_NS.store(0, Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// The purger's life
+
+/// Whether a slow path that holds no allocator lock should start the purger:
+/// it is on (`SLUBMALLOC_BACKGROUND_PURGE`), a purge is pending, none runs,
+/// the delay is at most `PURGER_MAX_DELAY_NS`, and no start failed in the
+/// last second. Two loads in the usual case.
+#[inline]
+pub fn purger_wanted() -> bool {
+    // Relaxed: a stale answer costs one slow path's delay; `claim_start`'s
+    // CAS decides.
+    deadline() != 0
+        && STATE.load(Ordering::Relaxed) == NONE
+        && crate::options::get().background_purge
+        && delay_ns() <= PURGER_MAX_DELAY_NS
+        && now_ns() >= RETRY_AFTER_NS.load(Ordering::Relaxed)
+}
+
+/// NONE -> STARTING: true if the caller must now create the purger and
+/// report with `start_done`.
+pub fn claim_start() -> bool {
+    // Relaxed: the state word guards nothing but itself; the purger reads
+    // the deadline, the only shared datum, on its own.
+    STATE
+        .compare_exchange(NONE, STARTING, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// STARTING -> RUNNING (`created`), or back to NONE with new attempts held
+/// off for a second.
+pub fn start_done(created: bool) {
+    if created {
+        // Relaxed: as in `claim_start`. Nothing else leaves STARTING: a
+        // purger that looks before this store stays (`purger_may_stop`).
+        STATE.store(RUNNING, Ordering::Relaxed);
+        // Relaxed: a statistics counter.
+        global().purger_starts.fetch_add(1, Ordering::Relaxed);
+    } else {
+        // Relaxed: a hint for `purger_wanted`.
+        RETRY_AFTER_NS.store(now_ns().saturating_add(RETRY_DELAY_NS), Ordering::Relaxed);
+        STATE.store(NONE, Ordering::Relaxed);
+    }
+}
+
+/// The purger's sleep: until `ns` have passed or `schedule` wakes it.
+pub fn purger_wait(ns: u64) {
+    // Relaxed: a wake between this load and the futex call changes the word,
+    // so the futex returns at once; the purger rereads the deadline after.
+    let seq = WAKE.load(Ordering::Relaxed);
+    crate::sync::wait_on(&WAKE, seq, ns);
+}
+
+/// Called by the purger when nothing has been pending for a whole delay:
+/// true if it must leave now (the state is NONE), false if a deadline came
+/// meanwhile and it stays (the state is RUNNING again).
+pub fn purger_may_stop() -> bool {
+    // The purger may still read STARTING if its creator has not yet
+    // reported; it then stays until the next round.
+    // SeqCst: see `schedule`.
+    if STATE
+        .compare_exchange(RUNNING, NONE, Ordering::SeqCst, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    // SeqCst: see `schedule`.
+    if DEADLINE_NS.load(Ordering::SeqCst) == 0 {
+        return true;
+    }
+    // A deadline came as we left: stay, unless a slow path saw NONE and
+    // already started another purger.
+    // Relaxed: as in `claim_start`.
+    STATE
+        .compare_exchange(NONE, RUNNING, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+}
+
+/// Counts one purge pass made by the purger.
+pub fn count_background_purge() {
+    // Relaxed: a statistics counter.
+    global().background_purges.fetch_add(1, Ordering::Relaxed);
+}
+
+/// In a forked child: there is no purger (threads are not copied by fork),
+/// whatever the parent's state said.
+pub fn reset_in_child() {
+    // Relaxed: the child runs one thread.
+    STATE.store(NONE, Ordering::Relaxed);
+    RETRY_AFTER_NS.store(0, Ordering::Relaxed);
+}

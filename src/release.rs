@@ -1,0 +1,302 @@
+//! The free slow paths, and handing slabs on: frees into slabs the thread
+//! does not own (a remote push, the claim of a FULL slab, a free under the
+//! node lock), frees of its own that empty a slab, and the release of owned
+//! slabs to the node lists (trim, flush at thread exit and trim).
+
+use core::ptr;
+
+use crate::counters::Ev;
+use crate::debug;
+use crate::freelist::{self, get_next, link_is_sane, set_next, CHECKS};
+use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
+use crate::node::{self, NODES};
+use crate::refill::with_slow_heap;
+use crate::slab::{self, double_free, invalid_free, Push, Slab, State, CLOSED};
+use crate::sync::Ordering;
+use crate::tls::current;
+
+/// A free by a thread that does not own the slab. The common case, a slab
+/// that another heap owns, is one `push_remote`, done here without the
+/// slow-heap machinery (about 40 instructions rather than 120); everything
+/// else goes through `free_unowned`.
+#[inline(never)]
+pub fn free_slow(slab: &Slab, p: *mut u8) {
+    // --- heap profile: a sampled block, in a slab of the profile heap.
+    if crate::profile::owns(slab) {
+        return crate::profile::free_sampled(slab, p);
+    }
+    // ---
+    let heap = current();
+    if heap != EMPTY && heap != DEAD && !debug::enabled() {
+        // SAFETY: `p` lies in a mapped slab; its first word is readable.
+        let looks_free = CHECKS && unsafe { slab::looks_free(p) };
+        if slab.push_remote(p, owner_tag(heap), looks_free) == Push::Pushed {
+            // SAFETY: a heap that is neither EMPTY nor DEAD is this
+            // thread's own; the class is in range.
+            unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) }
+                .ev
+                .inc(Ev::FreeRemote);
+            return;
+        }
+    }
+    with_slow_heap(|heap| free_unowned(heap, slab, p))
+}
+
+/// A free, through the slow heap, of `p` in a slab `heap` may not own: a
+/// push onto its owner's remote list, the claim of a FULL slab, or a free
+/// into a LISTED one under its node lock.
+fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
+    if debug::enabled() {
+        if slab.state() == State::Free || !slab.is_object_start(p) {
+            invalid_free(p);
+        }
+        debug::on_free(slab, p);
+    }
+    // Read before any write into `p`.
+    // SAFETY: `p` lies in a mapped slab; its first word is readable.
+    let looks_free = CHECKS && unsafe { slab::looks_free(p) };
+    let class = slab.class.get() as usize;
+    loop {
+        let state = match slab.push_remote(p, owner_tag(heap), looks_free) {
+            Push::Pushed => {
+                heap.classes[class].ev.inc(Ev::FreeRemote);
+                return;
+            }
+            // The orphan heap owns it, or our own slab reached the slow path.
+            Push::Mine => return free_owned_slow(heap, slab, p),
+            Push::NotOwned(state) => state,
+        };
+        if state == State::Free || !slab.is_object_start(p) {
+            invalid_free(p);
+        }
+        if state == State::Full {
+            if !slab.try_claim_full(p) {
+                continue;
+            }
+            // Alone with the slab until it is handed on: back to the heap
+            // that filled it, or onto our partial list if that heap is gone.
+            let last = slab.last_owner.get();
+            if last != 0 && last != owner_tag(heap) {
+                // SAFETY: heaps are never unmapped (an exited one reads
+                // CLOSED); `last` is a heap's owner tag.
+                let to = unsafe { &*((last & !1) as *const Heap) };
+                if slab.give_back(last, &to.classes[class].returned) {
+                    heap.classes[class].ev.inc(Ev::FreeRemote);
+                    return;
+                }
+            }
+            heap.classes[class].ev.inc(Ev::FreeSlow);
+            return adopt(heap, class, slab);
+        }
+        let node = &NODES[class];
+        let _g = node.lock.guard();
+        if slab.state() != State::Listed {
+            continue; // a heap took the slab, or it filled up, while we waited
+        }
+        // Counted in the node's counters (no write to the class heap of a
+        // thread whose class is cold).
+        node.free_listed(slab, p, looks_free);
+        return;
+    }
+}
+
+/// A slab we just adopted with a free joins our partial list; if that list
+/// is full, its slabs go to the node list first, in one lock hold.
+fn adopt(heap: &Heap, class: usize, slab: &Slab) {
+    heap.warm_up(class);
+    slab.adopt(owner_tag(heap));
+    trim_partials(heap, class, MAX_THREAD_PARTIAL - 1);
+    keep_partial(heap, class, slab);
+}
+
+/// A slab that was FULL and is ours again joins the partial list, unless its
+/// objects were all freed meanwhile (by us, its owner): then it leaves now.
+pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
+    if slab.inuse.get() == 0 {
+        return release_empty(heap, class, slab);
+    }
+    heap.classes[class].push_partial(slab, true);
+}
+
+/// Hands partial slabs to the node list, oldest first (they have gathered the
+/// most frees), until at most `keep` remain.
+pub fn trim_partials(heap: &Heap, class: usize, keep: u32) {
+    let c = &heap.classes[class];
+    if c.partial_count.get() <= keep {
+        return;
+    }
+    let _g = NODES[class].lock.guard();
+    while c.partial_count.get() > keep {
+        // SAFETY: the partial list is not empty; its slabs are ours.
+        release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());
+    }
+}
+
+/// `release`s every slab of the thread partial list. Node lock held.
+fn release_partials(heap: &Heap, class: usize) {
+    let mut p = heap.classes[class].take_partials();
+    while !p.is_null() {
+        // SAFETY: slabs on our partial list are live and ours.
+        let slab = unsafe { &*p };
+        p = slab.next.get();
+        release(heap, class, slab, ptr::null_mut());
+    }
+}
+
+/// A free into a slab the heap owns, reached through the slow path.
+fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8) {
+    if !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    // SAFETY: `p` is an object slot of a slab we own.
+    if link_is_sane(p, unsafe { get_next(p) }) {
+        return free_suspicious(heap as *const Heap as *mut Heap, slab, p);
+    }
+    let c = &heap.classes[slab.class.get() as usize];
+    if debug::enabled() && core::ptr::eq(c.active.get(), slab) {
+        // Debug mode reuses the block freed last first, so that a write
+        // after free is caught by the very next allocation of the class.
+        // SAFETY: as above; the stash is the active slab's detached list.
+        unsafe { set_next(p, c.stash.get()) };
+        c.stash.set(p);
+        c.ev.inc(Ev::FreeFast);
+    } else {
+        push_local(heap, slab, p);
+    }
+}
+
+/// `p`'s first word decodes to a valid link: either `p` is already free, or
+/// the program stored something that looks like one. Walk our lists to know.
+#[cold]
+#[inline(never)]
+pub fn free_suspicious(heap: *mut Heap, slab: &Slab, p: *mut u8) {
+    // SAFETY: `heap` is the owner of `slab`, hence a live heap.
+    let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
+    let bound = slab.objects.get();
+    // Acquire: the freers' links (a snapshot; pushes only prepend).
+    let remote = slab::remote_list(slab.remote.0.load(Ordering::Acquire));
+    let active = core::ptr::eq(c.active.get(), slab);
+    if freelist::list_contains(slab.local_free.get(), p, bound)
+        || freelist::list_contains(remote, p, bound)
+        || (active && freelist::list_contains(c.free.get(), p, bound))
+        || (active && freelist::list_contains(c.stash.get(), p, bound))
+    {
+        double_free(p);
+    }
+    // SAFETY: `heap` owns `slab`.
+    push_local(unsafe { &*heap }, slab, p);
+}
+
+/// The fast path's push and count, for the slow paths that end like it.
+fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
+    // SAFETY: `p` is a live object of `slab`, which `heap` owns.
+    unsafe { set_next(p, slab.local_free.get()) };
+    slab.local_free.set(p);
+    heap.classes[slab.class.get() as usize].ev.inc(Ev::FreeFast);
+    slab.inuse.set(slab.inuse.get() - 1);
+    if slab.inuse.get() == 0 {
+        slab_emptied(heap, slab);
+    }
+}
+
+/// A local free emptied `slab`. A slab on the partial list goes to the node
+/// list (which keeps `MIN_PARTIAL` empty slabs and returns the rest to their
+/// segment), so a thread does not sit on memory it freed; the active slab
+/// stays. No list walk: an empty slab's objects are all on `local_free` or
+/// uncarved, and none can be on its remote list (those count in `inuse`).
+#[cold]
+#[inline(never)]
+pub fn slab_emptied(heap: &Heap, slab: &Slab) {
+    if !slab.on_partial.get() {
+        return;
+    }
+    let class = slab.class.get() as usize;
+    heap.classes[class].unlink_partial(slab);
+    release_empty(heap, class, slab);
+}
+
+/// Hands an empty owned slab, on no list, to the node list or its segment.
+fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
+    let node = &NODES[class];
+    let _g = node.lock.guard();
+    // Empty, so nothing on its remote list (`inuse` counts those).
+    let remote = slab.begin_listing();
+    debug_assert!(remote.is_null());
+    if node.should_discard_empty() {
+        node::discard(slab);
+        heap.classes[class].ev.inc(Ev::SlabsFreed);
+    } else {
+        node.add(slab, false);
+    }
+}
+
+/// Hands an owned slab to the node: its lists (and `detached`, the heap's
+/// list if it was active) are merged, counted, and the slab goes on the node
+/// list, becomes FULL, or returns to its segment if empty. Node lock held.
+fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
+    let node = &NODES[class];
+    let bound = slab.objects.get();
+    let remote = slab.begin_listing();
+    // `inuse` counts what is not on `local_free` (see `Slab::inuse`), so of
+    // the lists only the detached and the remote one are walked.
+    let local = slab.carved() - slab.inuse.get();
+    let (list, detached_n) = freelist::list_join(detached, slab.local_free.get(), bound);
+    let (list, remote_n) = freelist::list_join(remote, list, bound);
+    let free = detached_n + local + remote_n + slab.uncarved();
+    slab.local_free.set(list);
+    slab.inuse.set(bound - free);
+    slab.check();
+    if free == 0 {
+        slab.make_full_from_listed();
+    } else if free == bound && node.should_discard_empty() {
+        node::discard(slab);
+        heap.classes[class].ev.inc(Ev::SlabsFreed);
+    } else {
+        node.add(slab, !remote.is_null());
+    }
+}
+
+/// Hands every slab of `heap` to the node lists (thread exit, trim). With
+/// `closing` (thread exit), slabs can no longer be handed back to it.
+pub fn flush(heap: &Heap, closing: bool) {
+    for (class, c) in heap.classes.iter().enumerate() {
+        // A cold class owns no slab, and none comes back to it (`shared`):
+        // its class heap is not even read.
+        if !heap.is_warm(class) {
+            continue;
+        }
+        let after = if closing { CLOSED } else { ptr::null_mut() };
+        // Acquire: pairs with the Release CAS in `give_back`.
+        let mut r = c.returned.swap(after, Ordering::Acquire);
+        while !r.is_null() && r != CLOSED {
+            // SAFETY: slabs on our returned stack are live and ours.
+            let slab = unsafe { &*r };
+            r = slab.next.get();
+            c.push_partial(slab, true);
+        }
+        if c.active.get().is_null() && c.partial.get().is_null() {
+            continue;
+        }
+        let _g = NODES[class].lock.guard();
+        let a = c.active.replace(ptr::null_mut());
+        if !a.is_null() {
+            // SAFETY: our active slab is live and ours.
+            let (detached, _) = freelist::list_join(
+                c.stash.replace(ptr::null_mut()),
+                c.free.replace(ptr::null_mut()),
+                u32::MAX,
+            );
+            release(heap, class, unsafe { &*a }, detached);
+        }
+        release_partials(heap, class);
+    }
+}
+
+/// Flushes the calling thread's heap (for `malloc_trim`).
+pub fn flush_current() {
+    let heap = current();
+    if heap != EMPTY && heap != DEAD {
+        // SAFETY: a created heap lives until this thread's destructor.
+        flush(unsafe { &*heap }, false);
+    }
+}

@@ -1,0 +1,121 @@
+/*
+ * The background purger, seen from a C program under the preload.
+ *
+ *   background_purge MODE
+ *
+ * Every mode: two threads build 64 MiB of small blocks, free them and exit;
+ * then the program makes no call into the allocator for 1 s (it sleeps,
+ * reading /proc/self/statm with open/read/close). Modes:
+ *   idle         prints "peak_kib=P end_kib=E threads=T" (T: threads left
+ *                after a further 0.5 s idle, from /proc/self/status)
+ *   closefds     closes every file descriptor first; exit status 0 if
+ *                resident fell below a quarter of the peak, 1 if not
+ *   fork         first forks once with the purger running; the child does
+ *                the same and prints as "idle" does
+ *   pthread_exit the main thread ends with pthread_exit after the threads
+ *                have freed: the process must still end
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_barrier_t built;
+static long peak_kib;
+
+static long status_field(const char *path, int field, const char *key) {
+    char buf[4096];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    if (key) {
+        char *p = strstr(buf, key);
+        return p ? atol(p + strlen(key)) : -1;
+    }
+    char *p = buf;
+    for (int i = 0; i < field; i++)
+        p = strchr(p, ' ') + 1;
+    return atol(p);
+}
+
+static long rss_kib(void) { return status_field("/proc/self/statm", 1, NULL) * 4; }
+
+static void *worker(void *arg) {
+    (void)arg;
+    size_t n = (32u << 20) / 128;
+    void **held = malloc(n * sizeof(void *));
+    for (size_t i = 0; i < n; i++) {
+        held[i] = malloc(16 + i % 241);
+        memset(held[i], 1, 16);
+    }
+    if (pthread_barrier_wait(&built) == PTHREAD_BARRIER_SERIAL_THREAD)
+        peak_kib = rss_kib();
+    pthread_barrier_wait(&built);
+    for (size_t i = 0; i < n; i++)
+        free(held[i]);
+    free(held);
+    return NULL;
+}
+
+static void build_and_free(void) {
+    pthread_t t[2];
+    pthread_barrier_init(&built, NULL, 2);
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, worker, NULL))
+            exit(3);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+}
+
+static void idle_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void report(void) {
+    idle_ms(1000);
+    long end = rss_kib();
+    idle_ms(500);
+    long threads = status_field("/proc/self/status", 0, "Threads:");
+    printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak_kib, end, threads);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "idle";
+    if (!strcmp(mode, "idle")) {
+        build_and_free();
+        report();
+    } else if (!strcmp(mode, "closefds")) {
+        for (int fd = 0; fd < 1024; fd++)
+            close(fd);
+        build_and_free();
+        idle_ms(1000);
+        return rss_kib() * 4 < peak_kib ? 0 : 1;
+    } else if (!strcmp(mode, "fork")) {
+        build_and_free(); /* the parent's purger runs now */
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            build_and_free();
+            report();
+            fflush(stdout);
+            _exit(0);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+    } else if (!strcmp(mode, "pthread_exit")) {
+        build_and_free();
+        pthread_exit(NULL);
+    }
+    return 0;
+}

@@ -1,0 +1,74 @@
+//! Tests in which slubmalloc is the process's `#[global_allocator]`: every
+//! allocation of the test harness and of the tests goes through it.
+//!
+//! Each test runs alone in a fresh process of this binary
+//! ([`fresh_process`]): most of them read process-wide state (statistics
+//! that must count exactly the blocks a test holds, a walk that must agree
+//! with the counters, the resident set, the large-block cache, where a
+//! thread's slabs go at exit) that another test, running beside it or
+//! before it in the same process, would disturb. They used to be five
+//! binaries; one binary that starts itself once per test compiles and links
+//! once and isolates each test better than a binary per file did.
+
+use std::process::Command;
+use std::sync::Mutex;
+
+/// slubmalloc, with every call counted for the operation model's exact
+/// checks (`random_ops`); it changes nothing the other tests see.
+#[global_allocator]
+static GLOBAL: ops_model::Counted = ops_model::Counted;
+
+/// The operation model the fuzz targets share (`fuzz/fuzz_targets/`).
+#[path = "../ops_model/mod.rs"]
+mod ops_model;
+
+mod alloc_basic;
+mod memory_lifecycle;
+mod random_ops;
+mod shared_slabs;
+mod stats_exact;
+mod threads;
+
+/// Set in the child process to the name of the one test it runs.
+const CHILD_VAR: &str = "GLOBAL_ALLOCATOR_TEST_CHILD";
+
+/// Called first by every test. In the process the harness started, it runs
+/// the calling test again, alone, in a new process of this binary
+/// (`--exact NAME`), fails if that fails, and returns None: the caller
+/// returns. In that new process it returns Some: the caller runs its body.
+/// The children run one at a time, so timing-sensitive tests (purge delays)
+/// do not compete with each other for the CPU.
+fn fresh_process() -> Option<()> {
+    // libtest runs each test on a thread named after the test.
+    let thread = std::thread::current();
+    let name = thread
+        .name()
+        .expect("a test thread is named after its test");
+    if let Ok(child) = std::env::var(CHILD_VAR) {
+        assert_eq!(
+            child, name,
+            "the child runs only the test it was started for"
+        );
+        return Some(());
+    }
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    // A test that failed poisoned the lock; the next one still runs.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_VAR, name)
+        .output()
+        .expect("start the test binary again");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{name} in its own process: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    print!("{stdout}");
+    None
+}

@@ -1,0 +1,271 @@
+//! Memory goes back to the kernel: after a program frees what it allocated
+//! and keeps running lightly past the purge delay, resident memory is a
+//! small fraction of the peak; thread churn does not grow it.
+
+use std::time::{Duration, Instant};
+
+pub fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    statm
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 4096
+}
+
+/// Allocates a little for `ms` milliseconds, as a process that keeps running.
+fn light_use(ms: u64) {
+    let end = Instant::now() + Duration::from_millis(ms);
+    let mut keep = Vec::new();
+    while Instant::now() < end {
+        keep.push(vec![1u8; 200]);
+        if keep.len() > 100 {
+            keep.clear();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn resident_memory_falls_below_a_quarter_of_the_peak_after_freeing() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let base = resident_bytes();
+    // 256 MiB in small blocks of mixed classes.
+    let blocks: Vec<Box<[u8]>> = (0..2_000_000)
+        .map(|i| vec![i as u8; 64 + (i % 5) * 16].into_boxed_slice())
+        .collect();
+    let peak = resident_bytes();
+    assert!(
+        peak > base + (200 << 20),
+        "the workload reached {} MiB",
+        (peak - base) >> 20
+    );
+    drop(blocks);
+    light_use(400);
+    let after = resident_bytes();
+    assert!(
+        after - base.min(after) < (peak - base) / 4,
+        "resident {} MiB after freeing, peak {} MiB, base {} MiB",
+        after >> 20,
+        peak >> 20,
+        base >> 20
+    );
+    assert!(slubmalloc::stats().totals.purges > 0);
+}
+
+#[test]
+fn large_block_cache_is_bounded_and_purged() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let base_mmaps = slubmalloc::stats().totals.mmaps;
+    for _ in 0..200 {
+        let v = vec![7u8; 1 << 20];
+        std::hint::black_box(&v);
+    }
+    let s = slubmalloc::stats();
+    assert!(
+        s.totals.mmaps - base_mmaps < 20,
+        "a large malloc/free loop mapped {} times",
+        s.totals.mmaps - base_mmaps
+    );
+    assert!(s.totals.large_cached_bytes <= 64 << 20);
+    light_use(300);
+    assert_eq!(
+        slubmalloc::stats().totals.large_cached_bytes,
+        0,
+        "the cache is emptied after the purge delay"
+    );
+}
+
+#[test]
+fn thread_churn_does_not_grow_resident_memory_or_leak_slabs() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let churn = |n| {
+        for i in 0..n {
+            std::thread::spawn(move || {
+                let v: Vec<Vec<u8>> = (0..200)
+                    .map(|j| vec![(i + j) as u8; 16 + j % 700])
+                    .collect();
+                std::hint::black_box(v);
+            })
+            .join()
+            .unwrap();
+        }
+    };
+    churn(200);
+    let slabs = |s: &slubmalloc::Stats| s.caches().map(|c| c.slabs).sum::<u64>();
+    let (rss0, s0) = (resident_bytes(), slubmalloc::stats());
+    churn(3000);
+    let (rss1, s1) = (resident_bytes(), slubmalloc::stats());
+    assert!(
+        slabs(&s1) <= slabs(&s0) + 4,
+        "slabs {} -> {}",
+        slabs(&s0),
+        slabs(&s1)
+    );
+    assert!(
+        rss1 < rss0 + (8 << 20),
+        "resident {} KiB -> {} KiB over 3000 threads",
+        rss0 >> 10,
+        rss1 >> 10
+    );
+    assert_eq!(s1.totals.threads_alive, s0.totals.threads_alive);
+}
+
+#[test]
+fn trim_returns_free_slabs_at_once() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let blocks: Vec<Box<[u8]>> = (0..200_000)
+        .map(|_| vec![3u8; 500].into_boxed_slice())
+        .collect();
+    let peak = resident_bytes();
+    drop(blocks);
+    slubmalloc::trim();
+    let after = resident_bytes();
+    assert!(
+        after + (60 << 20) < peak,
+        "trim released {} MiB of {} MiB",
+        (peak - after) >> 20,
+        peak >> 20
+    );
+}
+
+/// A block of `mib` MiB with a byte written in every page, as a program
+/// fills a buffer (no more: a Vec would write every byte).
+struct Block(*mut u8, std::alloc::Layout);
+
+fn touched_block(mib: usize) -> Block {
+    let layout = std::alloc::Layout::from_size_align(mib << 20, 16).unwrap();
+    // SAFETY: a non-zero size.
+    let p = unsafe { std::alloc::alloc(layout) };
+    assert!(!p.is_null());
+    for page in (0..layout.size()).step_by(4096) {
+        // SAFETY: inside the block.
+        unsafe { p.add(page).write(1) };
+    }
+    Block(p, layout)
+}
+
+impl Block {
+    fn pages_hold_their_byte(&self) -> bool {
+        // SAFETY: the bytes read were written by `touched_block`.
+        (0..self.1.size())
+            .step_by(4096)
+            .all(|o| unsafe { self.0.add(o).read() } == 1)
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `touched_block` with this layout.
+        unsafe { std::alloc::dealloc(self.0, self.1) };
+    }
+}
+
+#[test]
+fn big_blocks_replaced_one_at_a_time_reuse_cached_mappings() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut live: Vec<Option<Block>> = (0..10)
+        .map(|_| Some(touched_block(2 + (next() % 9) as usize)))
+        .collect();
+    let before = slubmalloc::stats().totals;
+    for _ in 0..200 {
+        let i = (next() % 10) as usize;
+        live[i] = None;
+        live[i] = Some(touched_block(2 + (next() % 9) as usize));
+    }
+    let after = slubmalloc::stats().totals;
+    assert!(
+        after.mmaps - before.mmaps < 20,
+        "200 replacements mapped {} times",
+        after.mmaps - before.mmaps
+    );
+    assert!(
+        after.large_cache_hits - before.large_cache_hits >= 180,
+        "only {} of 200 replacements reused a cached mapping",
+        after.large_cache_hits - before.large_cache_hits
+    );
+    assert!(after.large_cached_bytes <= after.large_cache_limit_bytes);
+    drop(live);
+}
+
+#[test]
+fn a_bigger_cached_block_is_split_for_a_smaller_request() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    drop(touched_block(16));
+    let s0 = slubmalloc::stats().totals;
+    assert_eq!(s0.large_cached_bytes, 16 << 20);
+    let small = touched_block(4);
+    let s1 = slubmalloc::stats().totals;
+    assert_eq!(s1.large_cache_hits, s0.large_cache_hits + 1);
+    assert_eq!(s1.mmaps, s0.mmaps, "served from the cache, no new mapping");
+    assert_eq!(
+        s1.large_cached_bytes,
+        12 << 20,
+        "the rest of the cached mapping stays cached"
+    );
+    drop(small);
+    assert_eq!(
+        slubmalloc::stats().totals.large_cached_bytes,
+        16 << 20,
+        "the pieces merge again"
+    );
+}
+
+#[test]
+fn a_smaller_cached_block_is_grown_with_mremap_not_mapped_afresh() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    drop(touched_block(8));
+    let s0 = slubmalloc::stats().totals;
+    let big = touched_block(12);
+    let s1 = slubmalloc::stats().totals;
+    assert_eq!(s1.large_cache_hits, s0.large_cache_hits + 1);
+    assert_eq!(s1.mmaps, s0.mmaps, "grown in place of a fresh mapping");
+    assert_eq!(s1.large_cached_bytes, 0);
+    assert!(big.pages_hold_their_byte());
+}
+
+#[test]
+fn bytes_purged_count_what_went_back_to_the_kernel() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let s0 = slubmalloc::stats().totals;
+    let blocks: Vec<Box<[u8]>> = (0..100_000)
+        .map(|_| vec![3u8; 500].into_boxed_slice())
+        .collect();
+    drop(blocks);
+    drop(touched_block(8));
+    slubmalloc::trim();
+    let s1 = slubmalloc::stats().totals;
+    // 100,000 blocks of 512 bytes fill 782 slabs of 64 KiB, all freed; the
+    // 8 MiB cached block is unmapped.
+    assert!(
+        s1.bytes_purged - s0.bytes_purged >= (48 << 20) + (8 << 20),
+        "purged {} bytes",
+        s1.bytes_purged - s0.bytes_purged
+    );
+    assert_eq!(s1.large_cached_bytes, 0);
+}

@@ -1,0 +1,242 @@
+//! The statistics are exact: after a concurrent workload, a walk of every
+//! list and slab agrees with the incremental counters, class by class.
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+
+/// Compares a walk with the counters at a quiet moment: the test harness's
+/// own thread may allocate while it reports the previous test, so take a
+/// walk during which the counters did not move.
+fn assert_walk_agrees() {
+    let (kept, walked) = (0..1000)
+        .find_map(|_| {
+            let before = slubmalloc::stats();
+            let walked = slubmalloc::walk();
+            let after = slubmalloc::stats();
+            let quiet = before.caches().eq(after.caches())
+                && before.totals.large_blocks == after.totals.large_blocks;
+            if !quiet {
+                std::thread::yield_now();
+            }
+            quiet.then_some((before, walked))
+        })
+        .expect("the counters never stood still for a walk");
+    for (i, (c, w)) in kept.caches().zip(walked.caches.iter()).enumerate() {
+        assert_eq!(
+            c.objects_in_use, w.objects_in_use,
+            "class {i} ({} B) objects_in_use",
+            c.object_size
+        );
+        assert_eq!(c.slabs, w.slabs, "class {i} slabs");
+        assert_eq!(
+            c.node_partial_slabs, w.node_partial_slabs,
+            "class {i} node partial slabs"
+        );
+        assert_eq!(
+            c.thread_partial_slabs, w.thread_partial_slabs,
+            "class {i} thread partial slabs"
+        );
+        assert_eq!(
+            c.partial_free_objects, w.partial_free_objects,
+            "class {i} partial free objects"
+        );
+        assert_eq!(
+            w.inuse_mismatches, 0,
+            "class {i}: a listed slab's inuse disagrees with its free list"
+        );
+        assert_eq!(c.objects_total, c.slabs * c.objects_per_slab);
+    }
+    assert_eq!(kept.totals.large_blocks, walked.large_blocks);
+    assert_eq!(slubmalloc::check_stats(), 0);
+}
+
+#[test]
+fn stats_agree_with_a_full_walk_after_a_concurrent_workload() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    const THREADS: usize = 4;
+    type Mailboxes = Arc<Vec<Mutex<Vec<Box<[u8]>>>>>;
+    let shared: Mailboxes = Arc::new((0..THREADS).map(|_| Mutex::new(Vec::new())).collect());
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let shared = shared.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let mut x = 0x9e3779b97f4a7c15u64 ^ t as u64;
+                let mut mine: Vec<Box<[u8]>> = Vec::new();
+                barrier.wait();
+                for i in 0..60_000u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let size = match x % 16 {
+                        0 => 40_000 + (x >> 8) as usize % 100_000,
+                        1..=3 => 1000 + (x >> 8) as usize % 20_000,
+                        _ => 1 + (x >> 8) as usize % 600,
+                    };
+                    mine.push(vec![t as u8; size].into_boxed_slice());
+                    if x % 3 == 0 {
+                        // Hand a block to another thread, which frees it later.
+                        let b = mine.swap_remove((x >> 20) as usize % mine.len());
+                        shared[(t + 1 + i as usize) % THREADS]
+                            .lock()
+                            .unwrap()
+                            .push(b);
+                    }
+                    if mine.len() > 2000 || x % 5 == 0 {
+                        let n = (x >> 32) as usize % (mine.len() + 1);
+                        mine.truncate(n);
+                    }
+                    if i % 256 == 0 {
+                        let mut q = shared[t].lock().unwrap();
+                        for b in q.drain(..) {
+                            assert!(b.iter().all(|&v| v == b[0]));
+                        }
+                    }
+                }
+                // Keep some blocks alive past the thread's exit.
+                mine.truncate(500);
+                mine
+            })
+        })
+        .collect();
+    let survivors: Vec<Vec<Box<[u8]>>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_walk_agrees();
+    let kept = slubmalloc::stats();
+    assert!(
+        kept.caches()
+            .map(|c| c.free_remote + c.free_slow)
+            .sum::<u64>()
+            > 0,
+        "workload had cross-thread frees"
+    );
+    assert!(
+        kept.caches().map(|c| c.node_partial_slabs).sum::<u64>() > 0,
+        "workload left node partial slabs"
+    );
+    drop(survivors);
+    shared.iter().for_each(|q| q.lock().unwrap().clear());
+    assert_walk_agrees();
+}
+
+#[test]
+fn objects_in_use_counts_exactly_the_live_blocks() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    // 20 KiB is a class nothing else in this test binary uses.
+    let size = 20_000;
+    let in_use = || {
+        slubmalloc::stats()
+            .cache_for_size(size)
+            .unwrap()
+            .objects_in_use
+    };
+    let base = in_use();
+    let blocks: Vec<Vec<u8>> = (0..37).map(|_| Vec::with_capacity(size)).collect();
+    assert_eq!(in_use(), base + 37);
+    let other: Vec<Vec<u8>> =
+        thread::spawn(move || (0..5).map(|_| Vec::with_capacity(size)).collect())
+            .join()
+            .unwrap();
+    assert_eq!(in_use(), base + 42);
+    drop(blocks);
+    assert_eq!(in_use(), base + 5);
+    thread::spawn(move || drop(other)).join().unwrap();
+    assert_eq!(in_use(), base);
+    assert_walk_agrees();
+}
+
+#[test]
+fn node_placement_decisions_are_counted() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let size = 3000; // 3072-byte class: 21 objects per slab
+    let cache = || *slubmalloc::stats().cache_for_size(size).unwrap();
+    // Fill 40 slabs on a thread that then exits, and free one block of each
+    // from this thread: each full slab is adopted by its first free (its
+    // filler is gone), and once more than the thread partial limit are held
+    // the oldest go to the node list, at the tail (nearly full); a thread
+    // exit that releases a nearly empty slab puts it at the head.
+    //
+    // An exited thread's heap is pooled, and a thread the test harness starts
+    // meanwhile may take it: then the frees hand the slabs to that live heap
+    // instead (counted as remote frees) and the scenario is run again.
+    const SLABS: usize = 40;
+    let mut attempt = 0;
+    let (mid, blocks) = loop {
+        attempt += 1;
+        let before = cache();
+        let blocks: Vec<Vec<u8>> =
+            thread::spawn(move || (0..21 * SLABS).map(|_| Vec::with_capacity(size)).collect())
+                .join()
+                .unwrap();
+        let mut blocks: Vec<Option<Vec<u8>>> = blocks.into_iter().map(Some).collect();
+        for slab in 0..SLABS {
+            blocks[slab * 21] = None;
+        }
+        let mid = cache();
+        let given_back = mid.free_remote - before.free_remote;
+        if mid.node_tail > before.node_tail || given_back == 0 || attempt == 5 {
+            assert!(
+                mid.node_tail > before.node_tail,
+                "adopted slabs past the partial limit go to the tail: {before:?} {mid:?}"
+            );
+            break (mid, blocks);
+        }
+    };
+    drop(blocks);
+    thread::spawn(move || {
+        let keep: Vec<Vec<u8>> = (0..2)
+            .map(|_| std::hint::black_box(Vec::with_capacity(size)))
+            .collect();
+        std::mem::forget(keep);
+    })
+    .join()
+    .unwrap();
+    let after = cache();
+    assert!(
+        after.node_head > mid.node_head,
+        "a nearly empty slab released at thread exit goes to the head: {mid:?} {after:?}"
+    );
+    assert_walk_agrees();
+}
+
+#[test]
+fn one_line_summary_uses_jemalloc_names_and_agrees_with_the_totals() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    // 3000 blocks of 1000 B (the 1024 B class) and one 1 MiB large block.
+    let small: Vec<Box<[u8]>> = (0..3000).map(|_| vec![1u8; 1000].into()).collect();
+    let large = vec![2u8; 1 << 20];
+    let s = slubmalloc::stats();
+    let sum = s.summary();
+    let slab_bytes: u64 = s.caches().map(|c| c.slabs * 65536).sum();
+    assert_eq!(sum.allocated, s.totals.bytes_in_use);
+    assert_eq!(sum.active, slab_bytes + s.totals.large_bytes);
+    assert_eq!(sum.mapped, s.totals.bytes_mapped);
+    assert_eq!(sum.rss, s.totals.resident_bytes);
+    let class_1024 = s.cache_for_size(1000).unwrap();
+    assert!(sum.allocated >= class_1024.objects_in_use * 1024 + (1 << 20));
+    assert!(class_1024.objects_in_use >= 3000);
+    assert!(sum.active >= sum.allocated && sum.active % 4096 == 0);
+    assert!(sum.mapped >= sum.active && sum.rss > 0);
+    let line = format!("{s:#}");
+    assert_eq!(
+        line,
+        format!(
+            "allocated={} active={} mapped={} rss={}",
+            sum.allocated, sum.active, sum.mapped, sum.rss
+        )
+    );
+    assert_eq!(line, sum.to_string());
+    // The plain form is still the table, which ends with the totals line.
+    assert!(format!("{s}").lines().count() > 2);
+    drop((small, large));
+    let after = slubmalloc::stats().summary();
+    assert!(after.allocated + 3000 * 1024 + (1 << 20) <= sum.allocated + 64 * 1024);
+}

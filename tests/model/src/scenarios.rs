@@ -1,0 +1,382 @@
+//! The scenarios: two or three threads on one slab, each checking where
+//! every object ends up (free exactly once, or still in use) and who owns
+//! the slab.
+
+use std::alloc::{alloc_zeroed, Layout};
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+use loom::sync::Arc;
+use loom::thread;
+
+use crate::freelist::{get_next, init_secret, set_next};
+use crate::node::Node;
+use crate::size_class::{objects_per_slab, NUM_CLASSES, SEGMENT_BYTES};
+use crate::slab::{Push, Slab, State, CLOSED};
+use crate::sync::{AtomicPtr, Ordering};
+
+/// Owner ids of the model's heaps (any distinct even numbers).
+const OWNER: usize = 0x1000;
+const OTHER: usize = 0x2000;
+
+/// A zeroed, segment-aligned region standing in for a segment: the
+/// descriptors at its start, slab 1's objects at 64 KiB. One per test (the
+/// test harness runs tests on threads of their own; loom's threads all run
+/// on the test's), made once; each run of a scenario writes a fresh
+/// descriptor into it.
+fn segment() -> usize {
+    static SECRET: OnceLock<()> = OnceLock::new();
+    SECRET.get_or_init(init_secret);
+    std::thread_local! {
+        static SEGMENT: usize = {
+            let layout = Layout::from_size_align(SEGMENT_BYTES, SEGMENT_BYTES).unwrap();
+            // SAFETY: a non-zero size; the region is never freed.
+            let p = unsafe { alloc_zeroed(layout) } as usize;
+            assert_ne!(p, 0, "no memory for the model's segment");
+            p
+        };
+    }
+    SEGMENT.with(|s| *s)
+}
+
+/// A class with four objects per slab: enough for two threads to free two
+/// objects each, few enough to keep the models small.
+fn class() -> usize {
+    (0..NUM_CLASSES)
+        .find(|&c| objects_per_slab(c) == 4)
+        .expect("a class with four objects per slab")
+}
+
+/// Slab 1 of the model's segment, FREE, with a descriptor made in this run
+/// (loom's atomics belong to one run). Dropped in place by `Scenario`.
+struct Scenario {
+    slab: *mut Slab,
+}
+
+impl Scenario {
+    fn new() -> Scenario {
+        let slab = (segment() + core::mem::size_of::<Slab>()) as *mut Slab;
+        // SAFETY: inside the region, aligned (the region is 4 MiB-aligned
+        // and descriptors are 128-byte aligned multiples); the previous
+        // run's descriptor was dropped in place.
+        unsafe { slab.write(Slab::new_free()) };
+        Scenario { slab }
+    }
+
+    fn slab(&self) -> &'static Slab {
+        // SAFETY: written in `new`, dropped only when the scenario ends,
+        // after its threads have been joined.
+        unsafe { &*self.slab }
+    }
+
+    /// The slab, initialised for `class()` and owned by OWNER, with all four
+    /// objects carved and handed out; returns them.
+    fn owned_and_all_in_use(&self) -> (&'static Slab, Vec<usize>) {
+        let slab = self.slab();
+        slab.init(class(), OWNER);
+        let (mut list, n) = slab.carve(4);
+        assert_eq!(n, 4);
+        slab.set_inuse_active();
+        let mut objects = Vec::new();
+        while !list.is_null() {
+            objects.push(list as usize);
+            // SAFETY: a free object just carved.
+            list = unsafe { get_next(list) };
+        }
+        (slab, objects)
+    }
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        // SAFETY: written in `new`; every thread using it has been joined.
+        unsafe { self.slab.drop_in_place() };
+    }
+}
+
+/// Runs `scenario` under every interleaving loom finds, and checks that
+/// there was more than one (a scenario whose threads never overlap checks
+/// nothing).
+fn explore(scenario: impl Fn() + Sync + Send + 'static) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = runs.clone();
+    loom::model(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        scenario();
+    });
+    let n = runs.load(std::sync::atomic::Ordering::Relaxed);
+    RUNS.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{} interleavings", n);
+    assert!(n > 1, "only {n} interleaving explored");
+}
+
+/// The objects on a free list, checking that none appears twice.
+fn collect(mut list: *mut u8, into: &mut BTreeSet<usize>) {
+    while !list.is_null() {
+        assert!(into.insert(list as usize), "object {list:p} free twice");
+        // SAFETY: a free object of the model's slab.
+        list = unsafe { get_next(list) };
+    }
+}
+
+/// The owner's free of one of its objects onto the local list (the fast
+/// path's non-active case).
+fn free_local(slab: &Slab, p: usize) {
+    // SAFETY: `p` is an object of the slab, in use, given up.
+    unsafe { set_next(p as *mut u8, slab.local_free.get()) };
+    slab.local_free.set(p as *mut u8);
+    slab.inuse.set(slab.inuse.get() - 1);
+}
+
+/// A remote free as `release::free_unowned` does it, for a slab that is
+/// OWNED or FULL: push, or claim and give back to OWNER (adopt if closed).
+/// Returns whether the freer adopted the slab.
+fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
+    loop {
+        match slab.push_remote(p as *mut u8, OTHER, false) {
+            Push::Pushed => return false,
+            Push::NotOwned(State::Full) => {
+                if !slab.try_claim_full(p as *mut u8) {
+                    continue;
+                }
+                if slab.give_back(slab.last_owner.get(), returned) {
+                    return false;
+                }
+                slab.adopt(OTHER);
+                return true;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// A free by a thread that does not own the slab, as
+/// `release::free_unowned` does it: a push if the slab is OWNED; under the
+/// node lock if it is LISTED (looking again once the lock is held); the
+/// claim of a FULL slab, which the freer adopts (the model's slabs have no
+/// last owner here). Returns whether the freer adopted the slab.
+fn free_unowned(node: &Node, slab: &Slab, p: usize) -> bool {
+    loop {
+        match slab.push_remote(p as *mut u8, OTHER, false) {
+            Push::Pushed => return false,
+            Push::NotOwned(State::Listed) => {
+                node.lock.lock();
+                if slab.state() != State::Listed {
+                    node.lock.unlock();
+                    continue;
+                }
+                assert!(!node.free_listed(slab, p as *mut u8, false));
+                node.lock.unlock();
+                return false;
+            }
+            Push::NotOwned(State::Full) => {
+                if !slab.try_claim_full(p as *mut u8) {
+                    continue;
+                }
+                assert_eq!(slab.last_owner.get(), 0);
+                slab.adopt(OTHER);
+                return true;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn remote_frees_reach_the_owner_while_it_frees_and_collects() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let (a, b, c) = (objects[0], objects[1], objects[2]);
+        let freers: Vec<_> = [a, b]
+            .into_iter()
+            .map(|p| {
+                thread::spawn(move || {
+                    assert_eq!(slab.push_remote(p as *mut u8, OTHER, false), Push::Pushed);
+                })
+            })
+            .collect();
+        free_local(slab, c);
+        let mut collected = BTreeSet::new();
+        collect(slab.take_remote(), &mut collected);
+        for f in freers {
+            f.join().unwrap();
+        }
+        collect(slab.take_remote(), &mut collected);
+        assert_eq!(collected, BTreeSet::from([a, b]));
+        let mut local = BTreeSet::new();
+        collect(slab.local_free.get(), &mut local);
+        assert_eq!(local, BTreeSet::from([c]));
+        assert_eq!(slab.state(), State::Owned);
+        slab.check();
+    });
+}
+
+#[test]
+fn the_first_free_of_a_full_slab_races_its_owners_refill() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let a = objects[0];
+        let returned = Arc::new(AtomicPtr::new(core::ptr::null_mut()));
+        let r = returned.clone();
+        let freer = thread::spawn(move || free_remote(slab, a, &r));
+        // The owner's refill: collect remote frees, or give the slab up.
+        let collected = loop {
+            let list = slab.take_remote();
+            if !list.is_null() {
+                break Some(list);
+            }
+            if slab.try_make_full(OWNER) {
+                break None;
+            }
+        };
+        let adopted = freer.join().unwrap();
+        assert!(!adopted, "OWNER never closed its stack");
+        let mut free = BTreeSet::new();
+        match collected {
+            Some(list) => {
+                // The push came first: the slab never left OWNER.
+                collect(list, &mut free);
+                assert!(returned.load(Ordering::Relaxed).is_null());
+            }
+            None => {
+                // FULL first: the freer claimed it and gave it back.
+                assert_eq!(
+                    returned.load(Ordering::Acquire),
+                    slab as *const Slab as *mut Slab
+                );
+                collect(slab.local_free.get(), &mut free);
+                assert_eq!(slab.inuse.get(), 3);
+                slab.check();
+            }
+        }
+        assert_eq!(free, BTreeSet::from([a]));
+        assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
+        assert_eq!(slab.state(), State::Owned);
+    });
+}
+
+#[test]
+fn a_give_back_races_the_owners_exit_and_one_of_them_keeps_the_slab() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        assert!(slab.try_make_full(OWNER));
+        let a = objects[0];
+        let returned = Arc::new(AtomicPtr::new(core::ptr::null_mut()));
+        let r = returned.clone();
+        let freer = thread::spawn(move || free_remote(slab, a, &r));
+        // The owner exits: it closes its stack and takes what was on it.
+        let got = returned.swap(CLOSED, Ordering::Acquire);
+        let owner_got_it = got == slab as *const Slab as *mut Slab;
+        if owner_got_it {
+            // It may use the slab's fields at once (`flush`).
+            let mut free = BTreeSet::new();
+            collect(slab.local_free.get(), &mut free);
+            assert_eq!(free, BTreeSet::from([a]));
+            slab.check();
+        } else {
+            assert!(got.is_null());
+        }
+        let adopted = freer.join().unwrap();
+        assert_ne!(owner_got_it, adopted, "exactly one side keeps the slab");
+        let owner = if adopted { OTHER } else { OWNER };
+        assert_eq!(slab.owner.load(Ordering::Relaxed), owner);
+        assert_eq!(slab.state(), State::Owned);
+    });
+}
+
+#[test]
+fn a_take_from_the_node_races_a_free_into_the_listed_slab() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let (a, c, d) = (objects[0], objects[2], objects[3]);
+        free_local(slab, c);
+        free_local(slab, d);
+        let node = Arc::new(Node::new());
+        node.lock.lock();
+        assert!(slab.begin_listing().is_null());
+        node.add(slab, false);
+        node.lock.unlock();
+        let n = node.clone();
+        // The freer, as `free_unowned`: push if owned, else under the lock.
+        let freer = thread::spawn(move || assert!(!free_unowned(&n, slab, a)));
+        // The taker, as `take_from_node`.
+        node.lock.lock();
+        let first = node.first();
+        assert_eq!(first, slab as *const Slab as *mut Slab);
+        node.remove(slab);
+        slab.take_listed(OWNER);
+        node.lock.unlock();
+        freer.join().unwrap();
+        let mut free = BTreeSet::new();
+        collect(slab.local_free.get(), &mut free);
+        collect(slab.take_remote(), &mut free);
+        assert_eq!(free, BTreeSet::from([a, c, d]));
+        assert_eq!(node.nr_partial.load(Ordering::Relaxed), 0);
+        assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
+        assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
+    });
+}
+
+#[test]
+fn a_cold_allocation_from_a_shared_slab_races_a_free_into_it() {
+    explore(|| {
+        let s = Scenario::new();
+        let slab = s.slab();
+        let node = Arc::new(Node::new());
+        // A fresh shared slab, three of its four objects handed out to
+        // cold allocations (`shared::take_shared`).
+        node.lock.lock();
+        node.add_fresh(slab, class());
+        let taken: Vec<usize> = (0..3).map(|_| node.take_object().0 as usize).collect();
+        node.lock.unlock();
+        assert_eq!(slab.state(), State::Listed);
+        let a = taken[0];
+        let n = node.clone();
+        // The freer of `a`, as `free_unowned`: under the node lock while
+        // LISTED; if the slab went FULL meanwhile, its first free claims it
+        // and (no last owner) adopts it.
+        let freer = thread::spawn(move || free_unowned(&n, slab, a));
+        // Another thread's cold allocation: the last free object.
+        node.lock.lock();
+        let (d, fresh) = node.take_object();
+        node.lock.unlock();
+        let adopted = freer.join().unwrap();
+        let d = d as usize;
+        assert_ne!(d, 0);
+        if d == a {
+            // The free came first and the take reused `a`.
+            assert!(!fresh && !adopted);
+        } else {
+            assert!(fresh && !taken.contains(&d), "the uncarved object, once");
+        }
+        let mut free = BTreeSet::new();
+        node.lock.lock();
+        collect(slab.local_free.get(), &mut free);
+        if adopted {
+            // The take emptied the slab first: it went FULL, then the free
+            // claimed it.
+            assert!(fresh);
+            assert_eq!(free, BTreeSet::from([a]));
+            assert_eq!(slab.state(), State::Owned);
+            assert_eq!(slab.owner.load(Ordering::Relaxed), OTHER);
+            assert_eq!(node.nr_partial.load(Ordering::Relaxed), 0);
+            assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
+        } else {
+            // The free came first, or after the take if it took `a` back.
+            assert_eq!(slab.state(), State::Listed);
+            assert_eq!(slab.uncarved() as usize + free.len(), 1);
+            assert_eq!(node.nr_partial.load(Ordering::Relaxed), 1);
+            assert_eq!(node.free_objects.load(Ordering::Relaxed), 1);
+            assert_eq!(node.frees_listed.load(Ordering::Relaxed), 1);
+        }
+        assert_eq!(slab.inuse.get(), 3);
+        assert_eq!(node.allocs_listed.load(Ordering::Relaxed), 4);
+        slab.check();
+        node.lock.unlock();
+    });
+}

@@ -1,0 +1,100 @@
+//! The background purger, from C programs under the preload: memory that
+//! threads freed before they exited goes back to the kernel while the
+//! program makes no call into the allocator; the purger leaves when nothing
+//! is pending, never keeps a process alive, works with every descriptor
+//! closed and in a forked child, and `SLUBMALLOC_BACKGROUND_PURGE=0` turns
+//! it off.
+
+use std::time::Duration;
+
+use crate::common::{compile_c, run_guarded, stderr, stdout};
+
+fn run(mode: &str, env: &[(&str, &str)]) -> std::process::Output {
+    // Compiled once: a test compiling it while another runs it would fail
+    // with ETXTBSY.
+    static EXE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let exe = EXE.get_or_init(|| compile_c("background_purge", &[]));
+    let out = run_guarded(exe, &[mode], true, env, Duration::from_secs(30));
+    assert!(
+        out.status.success() || mode == "closefds",
+        "{mode}: {}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    out
+}
+
+/// (peak, end, threads) from a "peak_kib=P end_kib=E threads=T" line.
+fn numbers(out: &str) -> (u64, u64, u64) {
+    let field = |key: &str| -> u64 {
+        let rest = &out[out.find(key).unwrap_or_else(|| panic!("{key} in {out}")) + key.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    (field("peak_kib="), field("end_kib="), field("threads="))
+}
+
+/// A number from the JSON report on stderr.
+fn json_number(json: &str, key: &str) -> u64 {
+    let key = format!("\"{key}\":");
+    let rest = &json[json.find(&key).unwrap_or_else(|| panic!("{key} in {json}")) + key.len()..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn memory_freed_by_exiting_threads_goes_back_while_the_program_makes_no_call() {
+    let out = run("idle", &[("SLUBMALLOC_STATS", "json")]);
+    let (peak, end, threads) = numbers(&stdout(&out));
+    assert!(
+        end * 4 < peak,
+        "resident {end} KiB 1 s after the threads freed and exited, peak {peak} KiB"
+    );
+    assert_eq!(threads, 1, "the purger left once nothing was pending");
+    let json = stderr(&out);
+    assert!(json_number(&json, "purger_starts") >= 1);
+    assert!(json_number(&json, "background_purges") >= 1);
+    assert!(json_number(&json, "bytes_purged") >= (peak - end) << 10 >> 1);
+}
+
+#[test]
+fn slubmalloc_background_purge_0_turns_the_purger_off() {
+    let (peak, end, threads) = numbers(&stdout(&run(
+        "idle",
+        &[("SLUBMALLOC_BACKGROUND_PURGE", "0")],
+    )));
+    assert!(
+        end * 2 > peak,
+        "without the purger an idle program keeps what it freed: {end} of {peak} KiB"
+    );
+    assert_eq!(threads, 1);
+}
+
+#[test]
+fn the_purger_works_in_a_program_that_closed_every_descriptor() {
+    let out = run("closefds", &[]);
+    assert!(
+        out.status.success(),
+        "resident did not fall below a quarter of the peak: {}",
+        out.status
+    );
+}
+
+#[test]
+fn a_forked_child_has_no_purger_of_its_parent_and_starts_its_own() {
+    let (peak, end, threads) = numbers(&stdout(&run("fork", &[])));
+    assert!(end * 4 < peak, "child: resident {end} KiB, peak {peak} KiB");
+    assert_eq!(threads, 1);
+}
+
+#[test]
+fn the_purger_never_keeps_a_process_alive() {
+    // The main thread ends with pthread_exit while a purge is pending: the
+    // process ends when the purger leaves (one purge delay), well inside
+    // the deadline.
+    let start = std::time::Instant::now();
+    run("pthread_exit", &[]);
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
