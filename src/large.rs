@@ -377,16 +377,24 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             }
             (base, l)
         }
-        Some(Hit::Grow(base, l)) => match grow_cached(base, l, len, zero) {
-            Some(q) => {
-                g.large_cache_hits.fetch_add(1, Ordering::Relaxed);
-                (q, len)
+        Some(Hit::Grow(base, l)) => {
+            // A failed grow falls back to a fresh mapping: errno stays as
+            // the caller had it unless that fails too (`map_fresh` sets it).
+            let grown = {
+                let _keep = os::ErrnoGuard::save();
+                grow_cached(base, l, len, zero)
+            };
+            match grown {
+                Some(q) => {
+                    g.large_cache_hits.fetch_add(1, Ordering::Relaxed);
+                    (q, len)
+                }
+                None => match map_fresh(len, align) {
+                    Some(m) => (m, len),
+                    None => return ptr::null_mut(),
+                },
             }
-            None => match map_fresh(len, align) {
-                Some(m) => (m, len),
-                None => return ptr::null_mut(),
-            },
-        },
+        }
         None => match map_fresh(len, align) {
             Some(m) => (m, len),
             None => return ptr::null_mut(),
@@ -540,7 +548,12 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
         let i = t.find(p).unwrap_or(i); // `grow` may have moved it
         t.slot_mut(i).ptr = TOMBSTONE;
         store_order_fence();
-        let q = os::remap(p as *mut u8, e.len, new_len) as usize;
+        let q = {
+            // On failure the caller allocates, copies and frees, and sets
+            // errno only if that fails too.
+            let _keep = os::ErrnoGuard::save();
+            os::remap(p as *mut u8, e.len, new_len) as usize
+        };
         if q == 0 {
             // Out of memory, or a block made of merged cached pieces that
             // span two kernel mappings: allocate, copy and free instead.
