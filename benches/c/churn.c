@@ -128,11 +128,7 @@ int main(int argc, char **argv) {
     boxes = calloc(threads, sizeof *boxes);
     for (int i = 0; i < threads; i++)
         pthread_mutex_init(&boxes[i].lock, NULL);
-    pthread_t th[64];
-    for (int i = 0; i < threads; i++)
-        pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
-    for (int i = 0; i < threads; i++)
-        pthread_join(th[i], NULL);
+    run_threads(threads, worker);
     uint64_t sum = 0;
     for (int i = 0; i < threads; i++)
         sum += checksums[i] + drain(i);

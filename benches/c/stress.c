@@ -73,11 +73,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     slots = calloc(nslots, sizeof *slots);
-    pthread_t th[64];
-    for (int i = 0; i < threads; i++)
-        pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
-    for (int i = 0; i < threads; i++)
-        pthread_join(th[i], NULL);
+    run_threads(threads, worker);
     long total = 0;
     for (int i = 0; i < threads; i++)
         total += frees[i];
