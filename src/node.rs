@@ -9,6 +9,8 @@
 
 use core::ptr;
 
+#[cfg(not(loom))]
+use crate::freelist::list_len;
 use crate::freelist::{list_contains, set_next};
 use crate::segment;
 #[cfg(not(loom))]
@@ -258,10 +260,10 @@ impl Node {
 /// right: the lost thread never used it) and for its segment when
 /// `Slab::make_free` makes it FREE; a slab is made LISTED
 /// (`Slab::begin_listing`) before its lists are merged and it is linked. A
-/// slab caught in between is listed with the counts it has then, which never
-/// call an object in use free: at worst the child leaks the objects that the
-/// lost thread was moving between lists. The new list is in address order;
-/// counters are recomputed, placement counts kept.
+/// slab caught in between is listed with `inuse` counted again from its
+/// local list, which never calls an object in use free: at worst the child
+/// leaks the objects that the lost thread was moving between lists. The new
+/// list is in address order; counters are recomputed, placement counts kept.
 #[cfg(not(loom))]
 pub fn rebuild_in_child() {
     let mut held = [false; NUM_CLASSES];
@@ -280,6 +282,11 @@ pub fn rebuild_in_child() {
     segment::for_each_slab(|slab| {
         let class = slab.class.get() as usize;
         if slab.state() == State::Listed && class < NUM_CLASSES && held[class] {
+            // The lost thread may have left `inuse` behind the lists: count
+            // again from the local list, so that the node's counters and the
+            // slab's invariant hold (objects it was moving stay in use).
+            let free = list_len(slab.local_free.get(), slab.objects.get()) + slab.uncarved();
+            slab.inuse.set(slab.objects.get() - free);
             NODES[class].link(slab, true);
         }
     });
