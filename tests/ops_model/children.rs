@@ -217,7 +217,7 @@ pub(super) fn misuse_of(m: Misuse, size: usize) -> bool {
     let what =
         format!("misuse {m:?} ({small} B / {size} B): wait status {status:#x}, stderr:\n{text}");
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == NOT_MET {
-        return false; // the corrupted block was never handed out again
+        return false; // the misused block was never handed out again
     }
     assert!(
         libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT,
@@ -332,19 +332,7 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             // cold class takes objects from shared slabs, and `b`'s slab
             // may never be chosen again): if it does not, the misuse never
             // met the allocator, and the child says so with exit code 3.
-            let mut after = None;
-            for i in 0..100_000 {
-                if after.is_some_and(|a| i > a + 1000) {
-                    break;
-                }
-                if raw_alloc(small, 8) == b {
-                    after = Some(i);
-                }
-            }
-            if after.is_none() {
-                // SAFETY: ends the child; see `in_child`.
-                unsafe { libc::_exit(NOT_MET) };
-            }
+            until_reused(b, small);
         }
         Misuse::Overflow => {
             let a = raw_alloc(small, 8);
@@ -363,10 +351,28 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
                 *a.add(8 + size % (small - 8)) ^= 0x5a;
             }
             announce(a as usize, a as usize + 2 * small + 64);
-            for _ in 0..100_000 {
-                raw_alloc(small, 8);
-            }
+            // The poison is checked when `a` is handed out again.
+            until_reused(a, small);
         }
+    }
+}
+
+/// In the child: allocates `size` bytes until `p` comes back, then a
+/// thousand more (the misuse must have stopped the process by then);
+/// exits with `NOT_MET` if `p` never comes back in 100,000 allocations.
+fn until_reused(p: *mut u8, size: usize) {
+    let mut after = None;
+    for i in 0..100_000 {
+        if after.is_some_and(|a| i > a + 1000) {
+            return;
+        }
+        if raw_alloc(size, 8) == p {
+            after = Some(i);
+        }
+    }
+    if after.is_none() {
+        // SAFETY: ends the child; see `in_child`.
+        unsafe { libc::_exit(NOT_MET) };
     }
 }
 
