@@ -164,7 +164,7 @@ pub(super) fn misuse(kind: u8, size: usize) {
 /// Commits every misuse this mode stops, each in a child; returns how many.
 pub fn check_every_misuse(size: usize) -> usize {
     for &m in misuses() {
-        misuse_of(m, size);
+        assert!(misuse_of(m, size), "misuse {m:?} never met the allocator");
     }
     misuses().len()
 }
@@ -184,7 +184,8 @@ pub(super) fn misuses() -> &'static [Misuse] {
     &ALL[..if mode().debug { 8 } else { 6 }]
 }
 
-pub(super) fn misuse_of(m: Misuse, size: usize) {
+/// Whether the misuse met the allocator (and was stopped as it must be).
+pub(super) fn misuse_of(m: Misuse, size: usize) -> bool {
     let small = 16 + size % 1000;
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for two descriptors.
@@ -215,6 +216,9 @@ pub(super) fn misuse_of(m: Misuse, size: usize) {
     let text = String::from_utf8_lossy(&out);
     let what =
         format!("misuse {m:?} ({small} B / {size} B): wait status {status:#x}, stderr:\n{text}");
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == NOT_MET {
+        return false; // the misused block was never handed out again
+    }
     assert!(
         libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT,
         "{what}\nexpected death by SIGABRT"
@@ -258,7 +262,11 @@ pub(super) fn misuse_of(m: Misuse, size: usize) {
         "{what}\nthe message carries no address in {:x?}",
         range
     );
+    true
 }
+
+/// A misuse child's exit code when the misuse never reached the allocator.
+const NOT_MET: i32 = 3;
 
 /// In the child: commits the misuse; returns only if it was not stopped.
 pub(super) fn commit(m: Misuse, small: usize, size: usize) {
@@ -318,9 +326,13 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             }
             let slab = 64 << 10;
             announce((b as usize).saturating_sub(slab), b as usize + slab);
-            for _ in 0..100_000 {
-                raw_alloc(small, 8);
-            }
+            // The list is followed when `b` is handed out again (its link
+            // read); a thousand more allocations take what follows it.
+            // Whether `b` comes back at all is the allocator's choice (a
+            // cold class takes objects from shared slabs, and `b`'s slab
+            // may never be chosen again): if it does not, the misuse never
+            // met the allocator, and the child says so with exit code 3.
+            until_reused(b, small);
         }
         Misuse::Overflow => {
             let a = raw_alloc(small, 8);
@@ -339,10 +351,28 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
                 *a.add(8 + size % (small - 8)) ^= 0x5a;
             }
             announce(a as usize, a as usize + 2 * small + 64);
-            for _ in 0..100_000 {
-                raw_alloc(small, 8);
-            }
+            // The poison is checked when `a` is handed out again.
+            until_reused(a, small);
         }
+    }
+}
+
+/// In the child: allocates `size` bytes until `p` comes back, then a
+/// thousand more (the misuse must have stopped the process by then);
+/// exits with `NOT_MET` if `p` never comes back in 100,000 allocations.
+fn until_reused(p: *mut u8, size: usize) {
+    let mut after = None;
+    for i in 0..100_000 {
+        if after.is_some_and(|a| i > a + 1000) {
+            return;
+        }
+        if raw_alloc(size, 8) == p {
+            after = Some(i);
+        }
+    }
+    if after.is_none() {
+        // SAFETY: ends the child; see `in_child`.
+        unsafe { libc::_exit(NOT_MET) };
     }
 }
 
