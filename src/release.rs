@@ -47,9 +47,7 @@ pub fn free_slow(slab: &Slab, p: *mut u8) {
 /// into a LISTED one under its node lock.
 fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
     if debug::enabled() {
-        if slab.state() == State::Free || !slab.is_object_start(p) {
-            invalid_free(p);
-        }
+        not_a_live_block(slab.state(), slab, p);
         debug::on_free(slab, p);
     }
     // Read before any write into `p`.
@@ -66,9 +64,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
             Push::Mine => return free_owned_slow(heap, slab, p),
             Push::NotOwned(state) => state,
         };
-        if state == State::Free || !slab.is_object_start(p) {
-            invalid_free(p);
-        }
+        not_a_live_block(state, slab, p);
         if state == State::Full {
             if !slab.try_claim_full(p) {
                 continue;
@@ -97,6 +93,19 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
         // thread whose class is cold).
         node.free_listed(slab, p, looks_free);
         return;
+    }
+}
+
+/// Stops the process if `p` cannot be a live block of `slab` in `state`:
+/// not the start of a block, or a block of a slab that is FREE (all its
+/// blocks were freed and it went back to its segment, which keeps its
+/// geometry until the slab is used again), so a double free.
+fn not_a_live_block(state: State, slab: &Slab, p: *mut u8) {
+    if !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    if state == State::Free {
+        double_free(p);
     }
 }
 

@@ -316,7 +316,7 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
         }
         Misuse::CorruptedLink => {
             let a = raw_alloc(small, 8);
-            let b = raw_alloc(small, 8);
+            let b = with_a_neighbour(small);
             // SAFETY: `a` and `b` are live; after their frees, `b`'s first
             // word is its free-list link, which the overwrite corrupts.
             unsafe {
@@ -330,8 +330,10 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             // read); a thousand more allocations take what follows it.
             // Whether `b` comes back at all is the allocator's choice (a
             // cold class takes objects from shared slabs, and `b`'s slab
-            // may never be chosen again): if it does not, the misuse never
-            // met the allocator, and the child says so with exit code 3.
+            // may never be chosen again; in a forked child it may belong
+            // to a thread lost in the fork): if it does not, the misuse
+            // never met the allocator, and the child says so with exit
+            // code 3.
             until_reused(b, small);
         }
         Misuse::Overflow => {
@@ -344,7 +346,7 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             unsafe { raw_free(a, small, 8) };
         }
         Misuse::WriteAfterFree => {
-            let a = raw_alloc(small, 8);
+            let a = with_a_neighbour(small);
             // SAFETY: `a` is live, then the write after its free is the misuse.
             unsafe {
                 raw_free(a, small, 8);
@@ -355,6 +357,26 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             until_reused(a, small);
         }
     }
+}
+
+/// In the child: a block of `size` bytes with another live block (kept,
+/// never freed) in its slab, so that the slab cannot empty and go back to
+/// its segment when the block is freed: a slab fresh from its segment is
+/// carved anew, which erases a corrupted link or a write after free without
+/// reading it, and the misuse would never meet the allocator. Exits with
+/// `NOT_MET` if 64 allocations give no two blocks in one slab.
+fn with_a_neighbour(size: usize) -> *mut u8 {
+    let slab_bytes = 64 << 10;
+    let mut seen = [0usize; 64];
+    for i in 0..seen.len() {
+        let p = raw_alloc(size, 8) as usize;
+        if seen[..i].iter().any(|&q| (p ^ q) < slab_bytes) {
+            return p as *mut u8;
+        }
+        seen[i] = p;
+    }
+    // SAFETY: ends the child; see `in_child`.
+    unsafe { libc::_exit(NOT_MET) }
 }
 
 /// In the child: allocates `size` bytes until `p` comes back, then a

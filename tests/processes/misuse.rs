@@ -5,7 +5,8 @@
 //! names the misuse and carries that address.
 //!
 //! The default mode must stop the six free misuses (double free of a small
-//! block with another free between, double free of a large block, interior,
+//! block with another free between or after its slab emptied, double free
+//! of a large block, interior,
 //! stack and made-up pointers, and a slot of a slab that was never handed
 //! out), also when the two frees come from different threads. `SLUBMALLOC_DEBUG=1` must also stop a one-byte overflow (red zone
 //! checked on free) and a write after free (poison checked on reuse), and
@@ -142,6 +143,11 @@ fn double_free_from_another_thread_is_stopped() {
 #[test]
 fn double_free_by_the_owner_after_a_remote_free_is_stopped() {
     expect_stopped("misuse_double_free_after_remote", &["double free"]);
+}
+
+#[test]
+fn double_free_of_a_block_whose_slab_went_back_to_its_segment_is_stopped() {
+    expect_stopped("misuse_double_free_emptied_slab", &["double free"]);
 }
 
 #[test]
