@@ -13,7 +13,7 @@ use crate::release::{free_slow, free_suspicious, slab_emptied};
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::size_class::NUM_CLASSES;
 use crate::slab::{invalid_free, State};
-use crate::sync::Ordering;
+use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
 /// Allocates one object of `class` for a request of `size` bytes at `align`
@@ -29,7 +29,7 @@ pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
 #[inline(always)]
 pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     let heap = current();
-    debug_assert!(scaled < NUM_CLASSES * core::mem::size_of::<ClassHeap>());
+    invariant!(scaled < NUM_CLASSES * core::mem::size_of::<ClassHeap>());
     // SAFETY: `heap` is this thread's heap or a static one; `scaled` is a
     // class's offset, below `NUM_CLASSES * CLASS_SCALE`.
     let c = unsafe { (*heap).class_at(scaled) };

@@ -20,7 +20,7 @@ use crate::os;
 use crate::segment::SLAB_BYTES;
 use crate::size_class::{CLASS_BYTES, NUM_CLASSES};
 use crate::slab::Slab;
-use crate::sync::{AtomicPtr, Lock, Locked, Ordering};
+use crate::sync::{invariant, AtomicPtr, Lock, Locked, Ordering};
 
 /// Slabs a thread keeps on its partial list per class, besides the active one;
 /// past it the oldest goes to the node list. Most are nearly full and a slab
@@ -95,7 +95,7 @@ unsafe impl Sync for Heap {}
 impl ClassHeap {
     /// Adds an owned slab to the partial list, at the head or the tail.
     pub fn push_partial(&self, slab: &Slab, at_tail: bool) {
-        debug_assert!(!slab.on_partial.get());
+        invariant!(!slab.on_partial.get());
         let s = slab as *const Slab as *mut Slab;
         slab.on_partial.set(true);
         let (head, tail) = (self.partial.get(), self.partial_tail.get());
@@ -133,7 +133,7 @@ impl ClassHeap {
 
     /// Takes `slab` off the partial list; it stays owned.
     pub fn unlink_partial(&self, slab: &Slab) {
-        debug_assert!(slab.on_partial.get());
+        invariant!(slab.on_partial.get());
         let (prev, next) = (slab.prev.get(), slab.next.get());
         match prev {
             // SAFETY: list neighbours are live slabs of ours.
@@ -181,7 +181,7 @@ impl Heap {
     /// from `size_class::scaled_class_by_table`).
     #[inline(always)]
     pub unsafe fn class_at(&self, offset: usize) -> &ClassHeap {
-        debug_assert!(offset < core::mem::size_of_val(&self.classes));
+        invariant!(offset < core::mem::size_of_val(&self.classes));
         // SAFETY: per the contract, inside `classes`, which starts the
         // repr(C) Heap.
         unsafe {

@@ -16,7 +16,7 @@ use crate::segment;
 #[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
 use crate::slab::{double_free, Slab, State};
-use crate::sync::{AtomicU64, AtomicUsize, Cell, Lock, Ordering};
+use crate::sync::{invariant, AtomicU64, AtomicUsize, Cell, Lock, Ordering};
 
 /// Empty slabs a node keeps before returning them to their segment. SLUB keeps
 /// 5..10 slabs of 4..32 KiB; ours are 64 KiB, so we keep fewer.
@@ -148,7 +148,7 @@ impl Node {
 
     /// Links `slab` in at the head or the tail and counts it. Lock held.
     fn link(&self, slab: &Slab, at_tail: bool) {
-        debug_assert_eq!(slab.state(), State::Listed);
+        invariant!(slab.state() == State::Listed);
         let s = slab as *const Slab as *mut Slab;
         if at_tail {
             slab.next.set(ptr::null_mut());
@@ -207,7 +207,7 @@ impl Node {
     /// (`should_discard_empty`); returns whether it went. Counts the free
     /// (and the slab) in the node's counters.
     pub fn free_listed(&self, slab: &Slab, p: *mut u8, looks_free: bool) -> bool {
-        debug_assert_eq!(slab.state(), State::Listed);
+        invariant!(slab.state() == State::Listed);
         if looks_free && list_contains(slab.local_free.get(), p, slab.objects.get()) {
             double_free(p);
         }

@@ -20,7 +20,7 @@
 //! and its slot (deletion shifts entries back rather than leaving marks).
 
 use crate::os;
-use crate::sync::{Lock, Locked};
+use crate::sync::{invariant, Lock, Locked};
 use crate::unwind::MAX_FRAMES;
 
 /// Fixed point of the weighted counts.
@@ -259,7 +259,7 @@ impl Tables {
         // SAFETY: `i` stays below `live_cap`, which has a free slot.
         unsafe {
             while (*self.live.add(i)).addr != 0 {
-                debug_assert_ne!((*self.live.add(i)).addr, addr);
+                invariant!((*self.live.add(i)).addr != addr);
                 i = (i + 1) & mask;
             }
             *self.live.add(i) = Live { addr, size, stack };

@@ -41,7 +41,7 @@ use crate::options;
 use crate::prof_table::TABLES;
 use crate::segment;
 use crate::slab::{double_free, invalid_free, Slab};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{invariant, AtomicUsize, Ordering};
 use crate::tls::current;
 use crate::unwind::{self, Skip, MAX_FRAMES};
 
@@ -255,7 +255,7 @@ fn put_block(heap: &Heap, slab: &Slab, p: *mut u8) {
     let _g = NODES[class].lock.guard();
     // Empty, never on a remote list (no thread frees into it remotely).
     let remote = slab.begin_listing();
-    debug_assert!(remote.is_null());
+    invariant!(remote.is_null());
     node::discard(slab);
     c.ev.inc(Ev::SlabsFreed);
 }

@@ -12,7 +12,7 @@ use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
 use crate::node::{self, NODES};
 use crate::refill::with_slow_heap;
 use crate::slab::{self, double_free, invalid_free, Push, Slab, State, CLOSED};
-use crate::sync::Ordering;
+use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
 /// A free by a thread that does not own the slab. The common case, a slab
@@ -230,7 +230,7 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
     let _g = node.lock.guard();
     // Empty, so nothing on its remote list (`inuse` counts those).
     let remote = slab.begin_listing();
-    debug_assert!(remote.is_null());
+    invariant!(remote.is_null());
     if node.should_discard_empty() {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);

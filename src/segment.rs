@@ -14,7 +14,7 @@ use core::ptr;
 use crate::os;
 use crate::purge;
 use crate::slab::Slab;
-use crate::sync::{store_order_fence, AtomicU8, Locked, Ordering};
+use crate::sync::{invariant, store_order_fence, AtomicU8, Locked, Ordering};
 
 pub use crate::size_class::{
     segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
@@ -47,7 +47,7 @@ impl SegmentMap {
     /// The entry of segment `region`; `region < MAP_ENTRIES`.
     #[inline(always)]
     fn entry(&self, region: usize) -> &AtomicU8 {
-        debug_assert!(region < MAP_ENTRIES);
+        invariant!(region < MAP_ENTRIES);
         // SAFETY: `region` is in bounds (both callers check), the byte lives as long as the
         // static, `AtomicU8` has the size and alignment of `u8`, and no
         // access to the map's bytes is anything but atomic.

@@ -5,6 +5,8 @@
 //! tests at the end of this file. Also the geometry the classes are cut from:
 //! segments of slabs.
 
+use crate::sync::invariant;
+
 /// Segments are `SEGMENT_BYTES`-aligned mappings cut into `SLAB_BYTES` slabs.
 pub const SEGMENT_SHIFT: usize = 22;
 pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
@@ -89,7 +91,7 @@ const fn lookup_table() -> [u8; LOOKUP_MAX / 8 + 1] {
 /// Cost: one compare and a table load up to 1 KiB, `lzcnt` and shifts above.
 #[inline(always)]
 pub fn class_of(size: usize) -> usize {
-    debug_assert!(size <= MAX_SMALL_BYTES);
+    invariant!(size <= MAX_SMALL_BYTES);
     if size <= LOOKUP_MAX {
         class_by_table(size)
     } else {

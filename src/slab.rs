@@ -38,7 +38,7 @@ use core::ptr;
 use crate::freelist::{link_is_sane, set_next};
 use crate::os;
 use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
+use crate::sync::{invariant, AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
 
 /// The low bits of the `remote` word that hold the state.
 const TAG_MASK: usize = 3;
@@ -216,7 +216,7 @@ impl Slab {
     /// FREE -> OWNED by `owner`: prepares a slab fresh from its segment for
     /// `class`.
     pub fn init(&self, class: usize, owner: usize) {
-        debug_assert_eq!(self.state(), State::Free);
+        invariant!(self.state() == State::Free);
         // Relaxed: the slab came from the segment lock, nobody else knows it
         // yet. First, so that a forked child never lists a half-made slab
         // (`node::rebuild_in_child`).
@@ -232,7 +232,7 @@ impl Slab {
     /// single objects from it, `take_listed_object`). The caller links it
     /// on the node list.
     pub fn init_listed(&self, class: usize) {
-        debug_assert_eq!(self.state(), State::Free);
+        invariant!(self.state() == State::Free);
         self.prepare(class);
         // The fields first: a forked child lists every LISTED slab
         // (`node::rebuild_in_child`), so it must never see a half-made one.
@@ -270,13 +270,13 @@ impl Slab {
     /// makes it FULL. Returns the object and whether it was just carved
     /// (never used: debug mode poisons it). Its first word is cleared.
     pub fn take_listed_object(&self) -> (*mut u8, bool) {
-        debug_assert_eq!(self.state(), State::Listed);
-        debug_assert!(self.inuse.get() < self.objects.get());
+        invariant!(self.state() == State::Listed);
+        invariant!(self.inuse.get() < self.objects.get());
         let mut p = self.local_free.get();
         let fresh = p.is_null();
         if fresh {
             let (list, n) = self.carve(1);
-            debug_assert_eq!(n, 1);
+            invariant!(n == 1);
             p = list;
         } else {
             // SAFETY: `p` heads the slab's free list, ours under the lock.
@@ -300,7 +300,7 @@ impl Slab {
     /// freers write, not worth paying when nothing came.
     #[inline]
     pub fn take_remote(&self) -> *mut u8 {
-        debug_assert_eq!(self.state(), State::Owned);
+        invariant!(self.state() == State::Owned);
         if self.remote.0.load(Ordering::Relaxed) == REMOTE_OWNED {
             return ptr::null_mut();
         }
@@ -314,9 +314,9 @@ impl Slab {
     /// SLUB's deactivation of a full slab. Lock-free; false, with nothing
     /// changed, if a remote free came in meanwhile.
     pub fn try_make_full(&self, owner: usize) -> bool {
-        debug_assert_eq!(self.state(), State::Owned);
-        debug_assert!(self.local_free.get().is_null() && self.uncarved() == 0);
-        debug_assert!(!self.on_partial.get());
+        invariant!(self.state() == State::Owned);
+        invariant!(self.local_free.get().is_null() && self.uncarved() == 0);
+        invariant!(!self.on_partial.get());
         self.inuse.set(self.objects.get());
         self.last_owner.set(owner);
         self.owner.store(0, Ordering::Relaxed);
@@ -399,9 +399,9 @@ impl Slab {
         {
             return false;
         }
-        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0);
-        debug_assert!(self.local_free.get().is_null());
-        debug_assert_eq!(self.inuse.get(), self.objects.get());
+        invariant!(self.owner.load(Ordering::Relaxed) == 0);
+        invariant!(self.local_free.get().is_null());
+        invariant!(self.inuse.get() == self.objects.get());
         // SAFETY: `p` is a live object the caller gives up.
         unsafe { set_next(p, ptr::null_mut()) };
         self.local_free.set(p);
@@ -414,8 +414,8 @@ impl Slab {
     /// stack for its next refill. False, with the slab still the caller's,
     /// if `to` has exited (its stack is `CLOSED`).
     pub fn give_back(&self, to: usize, returned: &AtomicPtr<Slab>) -> bool {
-        debug_assert_eq!(self.state(), State::Owned);
-        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0);
+        invariant!(self.state() == State::Owned);
+        invariant!(self.owner.load(Ordering::Relaxed) == 0);
         self.check();
         // Release: the owner's fast path may free into the slab as soon as
         // it sees itself here (Acquire); it must see `local_free` and
@@ -444,8 +444,8 @@ impl Slab {
 
     /// A claimed slab -> OWNED by the claimant's heap `me`.
     pub fn adopt(&self, me: usize) {
-        debug_assert_eq!(self.state(), State::Owned);
-        debug_assert_eq!(self.owner.load(Ordering::Relaxed), 0);
+        invariant!(self.state() == State::Owned);
+        invariant!(self.owner.load(Ordering::Relaxed) == 0);
         self.check();
         self.owner.store(me, Ordering::Relaxed);
     }
@@ -455,7 +455,7 @@ impl Slab {
     /// its remote list, which the caller merges. After this, freers see
     /// LISTED and queue on the node lock.
     pub fn begin_listing(&self) -> *mut u8 {
-        debug_assert_eq!(self.state(), State::Owned);
+        invariant!(self.state() == State::Owned);
         self.owner.store(0, Ordering::Relaxed);
         self.on_partial.set(false);
         self.next.set(ptr::null_mut());
@@ -466,7 +466,7 @@ impl Slab {
     /// LISTED -> OWNED by heap `owner`, node lock held (a refill from the
     /// node list; the caller has unlinked the slab).
     pub fn take_listed(&self, owner: usize) {
-        debug_assert_eq!(self.state(), State::Listed);
+        invariant!(self.state() == State::Listed);
         self.check();
         self.owner.store(owner, Ordering::Relaxed);
         // Relaxed: freers that saw LISTED read `remote` again under the node
@@ -477,9 +477,9 @@ impl Slab {
     /// LISTED -> FULL, node lock held, for a slab handed over with nothing
     /// free (unlinked).
     pub fn make_full_from_listed(&self) {
-        debug_assert_eq!(self.state(), State::Listed);
-        debug_assert!(self.local_free.get().is_null() && self.uncarved() == 0);
-        debug_assert_eq!(self.inuse.get(), self.objects.get());
+        invariant!(self.state() == State::Listed);
+        invariant!(self.local_free.get().is_null() && self.uncarved() == 0);
+        invariant!(self.inuse.get() == self.objects.get());
         self.last_owner.set(0);
         // Release: publishes the fields to the freer that claims the slab.
         self.remote.0.store(REMOTE_FULL, Ordering::Release);
@@ -488,8 +488,8 @@ impl Slab {
     /// LISTED -> FREE, node lock held, for an empty unlinked slab that goes
     /// back to its segment.
     pub fn make_free(&self) {
-        debug_assert_eq!(self.state(), State::Listed);
-        debug_assert_eq!(self.inuse.get(), 0);
+        invariant!(self.state() == State::Listed);
+        invariant!(self.inuse.get() == 0);
         self.check();
         // Relaxed: freers of its objects (all invalid now) read it after
         // taking the node lock we hold, or see FREE and stop.
@@ -502,24 +502,13 @@ impl Slab {
     /// owns the slab, has claimed it, or holds the node lock).
     #[inline]
     pub fn check(&self) {
-        #[cfg(debug_assertions)]
-        {
+        if cfg!(debug_assertions) {
             let bound = self.objects.get();
             let free = crate::freelist::list_len(self.local_free.get(), bound);
-            assert_eq!(
-                self.inuse.get() + free + self.uncarved(),
-                bound,
-                "slab {:p}: inuse {} + local free {free} + uncarved {} != objects {bound}",
-                self,
-                self.inuse.get(),
-                self.uncarved()
-            );
+            let slab = self as *const Slab;
+            invariant!(self.inuse.get() + free + self.uncarved() == bound, slab);
             let owned = self.owner.load(Ordering::Relaxed) != 0;
-            assert!(
-                !owned || self.state() == State::Owned,
-                "slab {:p}: owner set while not OWNED",
-                self
-            );
+            invariant!(!owned || self.state() == State::Owned, slab);
         }
     }
 

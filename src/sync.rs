@@ -21,6 +21,33 @@ pub use loom::sync::atomic::{
     fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 
+/// `debug_assert!` for the allocator's own invariants (a transition's
+/// precondition, a count that must agree): in debug builds a broken one
+/// stops the process through `os::fatal`, one line naming the file, line
+/// and condition, with no allocation. A panic would allocate, and inside
+/// the allocator, with a lock held, hang the process instead of stopping
+/// it. Compiled out of release builds, as `debug_assert!` is.
+macro_rules! invariant {
+    ($cond:expr) => {
+        $crate::sync::invariant!($cond, 0)
+    };
+    ($cond:expr, $addr:expr) => {
+        if cfg!(debug_assertions) && !$cond {
+            $crate::os::fatal(
+                concat!(
+                    file!(),
+                    ":",
+                    line!(),
+                    ": invariant broken: ",
+                    stringify!($cond)
+                ),
+                $addr as usize,
+            );
+        }
+    };
+}
+pub(crate) use invariant;
+
 use core::cell::UnsafeCell;
 
 const UNLOCKED: u32 = 0;
