@@ -7,37 +7,29 @@ use core::ptr;
 use crate::heap::{Heap, DEAD, REGISTRY};
 use crate::os;
 use crate::release::flush;
-use crate::sync::{store_order_fence, Ordering};
+use crate::sync::{store_order_fence, Once};
 
-static INIT: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
+static INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
 
-/// Once per process: the free-list secret, options, the thread-exit key and
-/// the fork handlers. Nothing here allocates before `INIT` reads 2.
+/// Once per process: the free-list secret, options, the thread-exit key;
+/// then, by the thread that did that, the fork handlers and the statistics
+/// report, which may allocate (and find the process initialised).
 fn init_process() {
-    if INIT.load(Ordering::Acquire) == 2 {
+    if INIT.is_done() {
         return;
     }
-    if INIT
-        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
-        .is_err()
-    {
-        // Another thread is initialising: spin a little, then yield
-        // (`Backoff::snooze` ends in `sched_yield`, which never allocates).
-        let backoff = crossbeam_utils::Backoff::new();
-        while INIT.load(Ordering::Acquire) != 2 {
-            backoff.snooze();
-        }
-        return;
+    let first = INIT.call(|| {
+        crate::freelist::init_secret();
+        crate::options::get();
+        // SAFETY: KEY is written only here, before INIT is done (a forked
+        // child that runs this again makes its own key).
+        unsafe { libc::pthread_key_create(&raw mut KEY, Some(thread_exit)) };
+    });
+    if first {
+        crate::fork::install();
+        crate::report::install();
     }
-    crate::freelist::init_secret();
-    crate::options::get();
-    // SAFETY: KEY is written once, here, before INIT is published as 2.
-    unsafe { libc::pthread_key_create(&raw mut KEY, Some(thread_exit)) };
-    // Release: publishes KEY and the secret to threads that read INIT == 2.
-    INIT.store(2, Ordering::Release);
-    crate::fork::install();
-    crate::report::install();
 }
 
 pub fn create_heap() -> *mut Heap {

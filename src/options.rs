@@ -5,7 +5,7 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::Once;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum StatsMode {
@@ -144,12 +144,12 @@ options! {
 /// `SLUBMALLOC_PROF_RATE`'s bounds: one byte (every allocation) to 1 TiB.
 pub const PROF_RATE_MAX: u64 = 1 << 40;
 
-static STATE: AtomicU32 = AtomicU32::new(0);
+static PARSED: Once = Once::new();
 
-/// Written once by `init` before STATE becomes 2, read-only afterwards.
+/// Written once inside PARSED's call, read-only afterwards.
 struct OptionsCell(UnsafeCell<Options>);
 
-// SAFETY: see `get` and `init`: one writer before publication, then readers.
+// SAFETY: see `get` and `parse_once`: one writer before publication, then readers.
 unsafe impl Sync for OptionsCell {}
 
 static OPTIONS: OptionsCell = OptionsCell(UnsafeCell::new(DEFAULT));
@@ -160,34 +160,22 @@ extern "C" {
 
 /// The options, parsed on first use.
 pub fn get() -> &'static Options {
-    if STATE.load(Ordering::Acquire) != 2 {
-        init();
+    if !PARSED.is_done() {
+        parse_once();
     }
-    // SAFETY: OPTIONS is written only before STATE becomes 2 (Release), and
-    // we observed 2 with Acquire (here or in `init`).
+    // SAFETY: OPTIONS is written only inside PARSED's one call, and we saw
+    // it done (Acquire, here or in `call`).
     unsafe { &*OPTIONS.0.get() }
 }
 
 #[cold]
-fn init() {
-    if STATE
-        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
-        .is_err()
-    {
-        // Another thread is parsing `environ`: spin, then yield (a blocking
-        // once-cell would park through std's thread handle, which allocates).
-        let backoff = crossbeam_utils::Backoff::new();
-        while STATE.load(Ordering::Acquire) != 2 {
-            backoff.snooze();
-        }
-        return;
-    }
-    let parsed = parse_environ();
-    // SAFETY: we won the 0 -> 1 transition, so we are the only writer, and no
-    // reader looks before STATE becomes 2.
-    unsafe { *OPTIONS.0.get() = parsed };
-    // Release: publishes OPTIONS; pairs with the Acquire in `get`.
-    STATE.store(2, Ordering::Release);
+fn parse_once() {
+    PARSED.call(|| {
+        let parsed = parse_environ();
+        // SAFETY: inside PARSED's one call we are the only writer, and no
+        // reader looks before it is done.
+        unsafe { *OPTIONS.0.get() = parsed };
+    });
 }
 
 fn parse_environ() -> Options {

@@ -240,6 +240,71 @@ pub fn store_order_fence() {
     fence(Ordering::Release);
 }
 
+/// A one-time initialisation that never blocks in a forked child. `call`
+/// runs its function once per process; other threads wait for it, spinning
+/// then yielding (`Backoff::snooze` ends in `sched_yield`: no allocation, no
+/// parking through std's thread handle, which allocates). The state holds
+/// the pid of the process whose thread is running the function: a child
+/// forked meanwhile finds its parent's pid there, and since the thread that
+/// was running it does not exist in the child, the child runs it itself.
+/// (A child of a fork in the window used to spin forever.)
+#[cfg(not(loom))]
+pub struct Once {
+    state: AtomicU32,
+}
+
+#[cfg(not(loom))]
+impl Once {
+    const DONE: u32 = u32::MAX;
+
+    pub const fn new() -> Self {
+        Once {
+            state: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether the function has run (in this process or its parent).
+    #[inline(always)]
+    pub fn is_done(&self) -> bool {
+        // Acquire: pairs with the Release store that ends `call`.
+        self.state.load(Ordering::Acquire) == Self::DONE
+    }
+
+    /// Runs `f` unless it has run; returns once it has: true if this call
+    /// ran it. `f` must be safe to run again in a forked child whose
+    /// parent's thread was inside it.
+    #[cold]
+    pub fn call(&self, f: impl FnOnce()) -> bool {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as u32;
+        let backoff = crossbeam_utils::Backoff::new();
+        let mut from = 0;
+        loop {
+            // Acquire: on DONE, what `f` wrote is ours to read.
+            match self
+                .state
+                .compare_exchange(from, me, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    f();
+                    // Release: publishes what `f` wrote.
+                    self.state.store(Self::DONE, Ordering::Release);
+                    return true;
+                }
+                Err(Self::DONE) => return false,
+                // A thread of this process is running `f`: wait.
+                Err(running) if running == me => {
+                    backoff.snooze();
+                    from = 0;
+                }
+                // The runner is a thread of a parent process, lost in the
+                // fork that made this one: take over (from that pid).
+                Err(parent) => from = parent,
+            }
+        }
+    }
+}
+
 /// Data protected by a `Lock`, usable in a `static`.
 pub struct Locked<T> {
     pub lock: Lock,
@@ -269,5 +334,50 @@ impl<T> Locked<T> {
         let _g = self.lock.guard();
         // SAFETY: the lock is held, so this is the only reference.
         f(unsafe { &mut *self.data.get() })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    /// A child forked while another thread of its parent is inside a
+    /// `Once`'s function runs the function itself instead of waiting for a
+    /// thread it does not have. (Before `Once`, the process init spun.)
+    #[test]
+    fn a_child_forked_during_a_once_runs_it_itself() {
+        static ONCE: Once = Once::new();
+        static INSIDE: AtomicBool = AtomicBool::new(false);
+        let runner = std::thread::spawn(|| {
+            ONCE.call(|| {
+                INSIDE.store(true, Ordering::Release);
+                std::thread::sleep(Duration::from_millis(500));
+            })
+        });
+        while !INSIDE.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child only uses `ONCE`, a static, `alarm` and `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: as above; the alarm's default action ends a hung child.
+            unsafe {
+                libc::alarm(5);
+                let ran = ONCE.call(|| {});
+                libc::_exit(if ran && ONCE.is_done() { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child did not run the Once itself (wait status {status:#x}; SIGALRM: it hung)"
+        );
+        assert!(runner.join().unwrap(), "the parent's thread ran it");
+        assert!(!ONCE.call(|| panic!("ran twice")));
     }
 }
