@@ -1,10 +1,10 @@
 //! The background purger: a thread that gives free memory back to the
 //! kernel when its purge deadline passes, so that a program that frees and
 //! then goes idle (or whose threads free and exit) does not keep it
-//! resident. It exists only while something is pending (`purge` keeps its
-//! state), never keeps a process alive for longer than one purge delay
-//! after the last other thread, blocks every signal, holds no file
-//! descriptor, and never allocates. `SLUBMALLOC_BACKGROUND_PURGE=0` turns
+//! resident. Started when a purge is first pending, it stays while the
+//! program has threads (`purge` keeps its state), asleep while nothing is
+//! pending; it never keeps a process alive after the program's last thread,
+//! blocks every signal, holds no file descriptor, and never allocates. `SLUBMALLOC_BACKGROUND_PURGE=0` turns
 //! it off.
 //!
 //! It is started only from points that hold no allocator lock and that no
@@ -16,7 +16,7 @@
 
 use core::ptr;
 
-use crate::heap::DEAD;
+use crate::heap::{DEAD, REGISTRY};
 use crate::purge;
 
 /// Starts the purger if one is wanted (`purge::purger_wanted`). The caller
@@ -58,8 +58,15 @@ fn start() {
     purge::start_done(created);
 }
 
-/// The purger's body: sleeps until the deadline, purges, and leaves after a
-/// whole delay with nothing pending.
+/// After the program's last thread, the purger still keeps a deadline this
+/// close (what the threads freed before they exited, with the default delay
+/// of 100 ms), then leaves; a later one is left to the next slow path.
+const LAST_PURGE_WAIT_NS: u64 = 1_000_000_000;
+
+/// The purger's body: sleeps until the deadline and purges; with nothing
+/// pending, sleeps until `schedule` wakes it. Leaves when the program has no
+/// thread left (the last one's exit wakes it) and no deadline within
+/// `LAST_PURGE_WAIT_NS`, so that it never keeps a process alive for long.
 extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
     // Whatever this thread's libc does on its behalf (its exit frees TLS of
     // other threads) goes through the orphan heap: it never gets a heap of
@@ -67,29 +74,26 @@ extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
     crate::tls::set(DEAD);
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"slubmalloc-purge".as_ptr()) };
-    let mut idle_since = 0;
     loop {
+        // Before what it waits for is read: a wake-up after this returns
+        // the wait below at once.
+        let seq = purge::wake_seq();
+        let alive = REGISTRY.with(|r| r.threads_alive) != 0;
         let now = purge::now_ns();
         let at = purge::deadline();
-        if at == 0 {
-            if idle_since == 0 {
-                idle_since = now;
-            } else if now.saturating_sub(idle_since) >= purge::delay_ns() {
-                if purge::purger_may_stop() {
-                    return ptr::null_mut();
-                }
-                idle_since = 0;
-                continue;
+        if !alive && (at == 0 || at - now.min(at) > LAST_PURGE_WAIT_NS) {
+            if purge::purger_stops() {
+                return ptr::null_mut();
             }
-            purge::purger_wait(purge::delay_ns().max(1_000_000));
+            // Its creator has not reported yet: look again shortly.
+            purge::purger_wait(seq, 1_000_000);
             continue;
         }
-        idle_since = 0;
-        if now < at {
-            purge::purger_wait(at - now);
-            continue;
-        }
-        if crate::segment::purge_if_due() {
+        if at == 0 {
+            purge::purger_wait(seq, u64::MAX);
+        } else if now < at {
+            purge::purger_wait(seq, at - now);
+        } else if crate::segment::purge_if_due() {
             purge::count_background_purge();
         }
     }

@@ -82,7 +82,7 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     // SAFETY: `arg` is the heap this thread registered, still live.
     let h = unsafe { &*heap };
     flush(h, true);
-    REGISTRY.with(|r| {
+    let alive = REGISTRY.with(|r| {
         r.retire_counters(h);
         let (next, prev) = (h.next.get(), h.prev.get());
         // SAFETY: neighbours are live registry members; lock held.
@@ -104,7 +104,13 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
         r.pool = heap;
         r.threads_alive -= 1;
         r.threads_exited += 1;
+        r.threads_alive
     });
+    if alive == 0 {
+        // The purger stays while the program has threads: the last one's
+        // exit lets it see that none is left.
+        crate::purge::wake_purger();
+    }
     // What this thread freed, and the slabs it handed on, go back to the
     // kernel after the delay even if no other thread calls the allocator
     // again. No allocator lock is held here.

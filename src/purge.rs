@@ -10,12 +10,16 @@
 //! whoever purges first claims it (`take_due`, one CAS), so a purge runs
 //! once per deadline whether the purger or a slow path gets there first.
 //!
-//! The purger exists only while something is pending. Its life, one word
-//! (`STATE`): NONE -> STARTING (a slow path that holds no allocator lock
-//! won the CAS and calls `pthread_create`; that call allocates, and any
-//! allocation it makes sees STARTING and starts nothing) -> RUNNING -> NONE
-//! (it found nothing pending for one delay and left). A forked child has no
-//! purger: `reset_in_child` puts NONE back.
+//! The purger is started by the first slow path that finds a purge pending
+//! or the program's mappings past `PURGER_EARLY_BYTES`, and stays while the
+//! program has threads, asleep when nothing is pending
+//! (a `schedule` wakes it): a program that frees after a pause and then goes
+//! idle gets its memory back too. Its life, one word (`STATE`): NONE ->
+//! STARTING (a slow path that holds no allocator lock won the CAS and calls
+//! `pthread_create`; that call allocates, and any allocation it makes sees
+//! STARTING and starts nothing) -> RUNNING -> NONE (no thread of the
+//! program is left, so that it never keeps a process alive). A forked
+//! child has no purger: `reset_in_child` puts NONE back.
 
 use crate::counters::global;
 use crate::os;
@@ -36,11 +40,6 @@ static WAKE: AtomicU32 = AtomicU32::new(0);
 static RETRY_AFTER_NS: AtomicU64 = AtomicU64::new(0);
 /// How long a failed start keeps the next attempt away.
 const RETRY_DELAY_NS: u64 = 1_000_000_000;
-/// The longest purge delay the purger serves. It sleeps until the deadline,
-/// and a program whose main thread ends with `pthread_exit` lives until its
-/// last thread does: a delay of hours would keep such a process alive that
-/// long. Beyond this, purges wait for the next slow path, as without it.
-const PURGER_MAX_DELAY_NS: u64 = 10_000_000_000;
 
 /// The monotonic clock deadlines are read against (`os::now_ns`: the coarse
 /// clock, a vDSO read with no system call).
@@ -65,21 +64,26 @@ pub fn schedule(now: u64) {
         return;
     }
     let at = now.saturating_add(delay_ns()).max(1);
-    // SeqCst, with the load of STATE below: pairs with the SeqCst store of
-    // NONE and load of the deadline in `purger_may_stop` (each side writes
-    // its word, then reads the other's), so a purger that leaves either sees
-    // this deadline or is seen gone, and the next slow path starts one.
+    // SeqCst, with the load of STATE in `wake_purger`: the purger either is
+    // seen RUNNING and woken, or is seen gone (`purger_stops`), and the
+    // next slow path starts one.
     if DEADLINE_NS
         .compare_exchange(0, at, Ordering::SeqCst, Ordering::Relaxed)
         .is_err()
     {
         return;
     }
-    // SeqCst: see above.
+    wake_purger();
+}
+
+/// Wakes the purger if it is alive, to look at the deadline and at whether
+/// the program still has threads.
+pub fn wake_purger() {
+    // SeqCst: see `schedule`.
     if STATE.load(Ordering::SeqCst) == RUNNING {
-        // Relaxed: the futex compares the word itself; the purger rereads
-        // the deadline after waking.
-        WAKE.fetch_add(1, Ordering::Relaxed);
+        // Release: a purger whose `wake_seq` reads this count sees what
+        // came before it (the deadline); the futex compares the word.
+        WAKE.fetch_add(1, Ordering::Release);
         crate::sync::wake(&WAKE);
     }
 }
@@ -114,19 +118,31 @@ pub fn take_now() {
 // ---------------------------------------------------------------------------
 // The purger's life
 
+/// Mapped bytes (segments and large blocks) from which the purger starts
+/// before anything is freed: a program that builds this much and then frees
+/// it all, with no allocation after, gets it back too. Below it a program
+/// gets a purger at its first slow path after a purge is pending.
+const PURGER_EARLY_BYTES: u64 = 8 << 20;
+
 /// Whether a slow path that holds no allocator lock should start the purger:
-/// it is on (`SLUBMALLOC_BACKGROUND_PURGE`), a purge is pending, none runs,
-/// the delay is at most `PURGER_MAX_DELAY_NS`, and no start failed in the
-/// last second. Two loads in the usual case.
+/// none runs, it is on (`SLUBMALLOC_BACKGROUND_PURGE`), a purge is pending
+/// or the program maps `PURGER_EARLY_BYTES`, and no start failed in the
+/// last second. One load once it runs, up to four before.
 #[inline]
 pub fn purger_wanted() -> bool {
     // Relaxed: a stale answer costs one slow path's delay; `claim_start`'s
     // CAS decides.
-    deadline() != 0
-        && STATE.load(Ordering::Relaxed) == NONE
+    STATE.load(Ordering::Relaxed) == NONE
+        && (deadline() != 0 || mapped_bytes() >= PURGER_EARLY_BYTES)
         && crate::options::get().background_purge
-        && delay_ns() <= PURGER_MAX_DELAY_NS
         && now_ns() >= RETRY_AFTER_NS.load(Ordering::Relaxed)
+}
+
+/// Bytes mapped for segments and large blocks.
+fn mapped_bytes() -> u64 {
+    // Relaxed: statistics counters, read as a hint.
+    global().segments.load(Ordering::Relaxed) * crate::size_class::SEGMENT_BYTES as u64
+        + global().large_mapped.load(Ordering::Relaxed)
 }
 
 /// NONE -> STARTING: true if the caller must now create the purger and
@@ -144,7 +160,7 @@ pub fn claim_start() -> bool {
 pub fn start_done(created: bool) {
     if created {
         // Relaxed: as in `claim_start`. Nothing else leaves STARTING: a
-        // purger that looks before this store stays (`purger_may_stop`).
+        // purger that looks before this store stays (`purger_stops`).
         STATE.store(RUNNING, Ordering::Relaxed);
         // Relaxed: a statistics counter.
         global().purger_starts.fetch_add(1, Ordering::Relaxed);
@@ -155,37 +171,28 @@ pub fn start_done(created: bool) {
     }
 }
 
-/// The purger's sleep: until `ns` have passed or `schedule` wakes it.
-pub fn purger_wait(ns: u64) {
-    // Relaxed: a wake between this load and the futex call changes the word,
-    // so the futex returns at once; the purger rereads the deadline after.
-    let seq = WAKE.load(Ordering::Relaxed);
+/// The wake-up count the purger reads before it looks at what it would
+/// wait for: a wake after this read makes `purger_wait` return at once.
+pub fn wake_seq() -> u32 {
+    // Acquire: pairs with the Release in `wake_purger`.
+    WAKE.load(Ordering::Acquire)
+}
+
+/// The purger's sleep: until `ns` have passed or a wake-up came after its
+/// `wake_seq` read `seq` (`u64::MAX`: no time limit).
+pub fn purger_wait(seq: u32, ns: u64) {
     crate::sync::wait_on(&WAKE, seq, ns);
 }
 
-/// Called by the purger when nothing has been pending for a whole delay:
-/// true if it must leave now (the state is NONE), false if a deadline came
-/// meanwhile and it stays (the state is RUNNING again).
-pub fn purger_may_stop() -> bool {
-    // The purger may still read STARTING if its creator has not yet
-    // reported; it then stays until the next round.
+/// Called by the purger when the program has no thread left: RUNNING ->
+/// NONE, so that a thread that comes later starts a purger of its own.
+/// False while its creator has not reported yet (STARTING): it stays until
+/// it has, or the creator's report would announce a purger that is gone.
+pub fn purger_stops() -> bool {
     // SeqCst: see `schedule`.
-    if STATE
-        .compare_exchange(RUNNING, NONE, Ordering::SeqCst, Ordering::Relaxed)
-        .is_err()
-    {
-        return false;
-    }
-    // SeqCst: see `schedule`.
-    if DEADLINE_NS.load(Ordering::SeqCst) == 0 {
-        return true;
-    }
-    // A deadline came as we left: stay, unless a slow path saw NONE and
-    // already started another purger.
-    // Relaxed: as in `claim_start`.
     STATE
-        .compare_exchange(NONE, RUNNING, Ordering::Relaxed, Ordering::Relaxed)
-        .is_err()
+        .compare_exchange(RUNNING, NONE, Ordering::SeqCst, Ordering::Relaxed)
+        .is_ok()
 }
 
 /// Counts one purge pass made by the purger.

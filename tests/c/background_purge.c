@@ -14,6 +14,9 @@
  *                the same and prints as "idle" does
  *   pthread_exit the main thread ends with pthread_exit after the threads
  *                have freed: the process must still end
+ *   late_free    the main thread alone: builds 64 MiB, pauses 300 ms (three
+ *                purge delays) with nothing freed, then frees it all and
+ *                makes no further call; prints as "idle" does
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -113,6 +116,19 @@ int main(int argc, char **argv) {
         int st;
         waitpid(pid, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+    } else if (!strcmp(mode, "late_free")) {
+        size_t n = (64u << 20) / 128;
+        void **held = malloc(n * sizeof(void *));
+        for (size_t i = 0; i < n; i++) {
+            held[i] = malloc(16 + i % 241);
+            memset(held[i], 1, 16);
+        }
+        peak_kib = rss_kib();
+        idle_ms(300);
+        for (size_t i = 0; i < n; i++)
+            free(held[i]);
+        free(held);
+        report();
     } else if (!strcmp(mode, "pthread_exit")) {
         build_and_free();
         pthread_exit(NULL);

@@ -1,7 +1,8 @@
 //! The background purger, from C programs under the preload: memory that
-//! threads freed before they exited goes back to the kernel while the
-//! program makes no call into the allocator; the purger leaves when nothing
-//! is pending, never keeps a process alive, works with every descriptor
+//! threads freed before they exited, or that the program freed after a
+//! pause, goes back to the kernel while the program makes no call into the
+//! allocator; the purger sleeps while nothing is pending, never keeps a
+//! process alive, works with every descriptor
 //! closed and in a forked child, and `SLUBMALLOC_BACKGROUND_PURGE=0` turns
 //! it off.
 
@@ -52,7 +53,10 @@ fn memory_freed_by_exiting_threads_goes_back_while_the_program_makes_no_call() {
         end * 4 < peak,
         "resident {end} KiB 1 s after the threads freed and exited, peak {peak} KiB"
     );
-    assert_eq!(threads, 1, "the purger left once nothing was pending");
+    assert_eq!(
+        threads, 2,
+        "the purger stays, asleep, while the program runs"
+    );
     let json = stderr(&out);
     assert!(json_number(&json, "purger_starts") >= 1);
     assert!(json_number(&json, "background_purges") >= 1);
@@ -86,7 +90,19 @@ fn the_purger_works_in_a_program_that_closed_every_descriptor() {
 fn a_forked_child_has_no_purger_of_its_parent_and_starts_its_own() {
     let (peak, end, threads) = numbers(&stdout(&run("fork", &[])));
     assert!(end * 4 < peak, "child: resident {end} KiB, peak {peak} KiB");
-    assert_eq!(threads, 1);
+    assert_eq!(threads, 2, "the child's own purger");
+}
+
+#[test]
+fn memory_freed_after_a_pause_goes_back_while_the_program_makes_no_call() {
+    // The main thread built 64 MiB, freed nothing for 300 ms (three purge
+    // delays), then freed it all and went idle.
+    let (peak, end, threads) = numbers(&stdout(&run("late_free", &[])));
+    assert!(
+        end * 4 < peak,
+        "resident {end} KiB 1 s after the late frees, peak {peak} KiB"
+    );
+    assert_eq!(threads, 2);
 }
 
 #[test]
