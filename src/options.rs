@@ -5,7 +5,7 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, OwnLines};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum StatsMode {
@@ -144,7 +144,7 @@ options! {
 /// `SLUBMALLOC_PROF_RATE`'s bounds: one byte (every allocation) to 1 TiB.
 pub const PROF_RATE_MAX: u64 = 1 << 40;
 
-static STATE: AtomicU32 = AtomicU32::new(0);
+static STATE: OwnLines<AtomicU32> = OwnLines(AtomicU32::new(0));
 
 /// Written once by `init` before STATE becomes 2, read-only afterwards.
 struct OptionsCell(UnsafeCell<Options>);

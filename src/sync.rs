@@ -213,6 +213,24 @@ pub fn store_order_fence() {
     fence(Ordering::Release);
 }
 
+/// A static read on the fast paths and written (almost) never, on cache
+/// lines of its own: next to a lock or counter that other threads write,
+/// every read would miss (stress, four threads: the free-list secret
+/// shared a line with the large blocks' counters, the options state with
+/// their lock). 128 bytes, as the adjacent-line prefetcher moves lines in
+/// pairs.
+#[repr(align(128))]
+pub struct OwnLines<T>(pub T);
+
+impl<T> core::ops::Deref for OwnLines<T> {
+    type Target = T;
+
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Data protected by a `Lock`, usable in a `static`.
 pub struct Locked<T> {
     pub lock: Lock,
