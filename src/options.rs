@@ -168,6 +168,17 @@ pub fn get() -> &'static Options {
     unsafe { &*OPTIONS.0.get() }
 }
 
+/// The options if they are parsed already, else None; never parses them
+/// (so a hot path that calls it keeps no registers for a call).
+#[inline]
+pub fn ready() -> Option<&'static Options> {
+    if STATE.load(Ordering::Acquire) != 2 {
+        return None;
+    }
+    // SAFETY: as in `get`: we observed 2 with Acquire.
+    Some(unsafe { &*OPTIONS.0.get() })
+}
+
 #[cold]
 fn init() {
     if STATE
