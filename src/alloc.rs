@@ -13,7 +13,6 @@ use crate::segment;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 
 /// `malloc(size)`: 16-byte aligned from 16 bytes up, 8-byte below.
-#[cfg_attr(not(feature = "override"), allow(dead_code))]
 #[inline(always)]
 pub fn malloc(size: usize) -> *mut u8 {
     // Up to 1 KiB, the common case, straight through: a compare and the table.
@@ -25,7 +24,6 @@ pub fn malloc(size: usize) -> *mut u8 {
 }
 
 /// `malloc` above 1 KiB, out of line so that the common case falls through.
-#[cfg_attr(not(feature = "override"), allow(dead_code))]
 #[inline(never)]
 fn malloc_above_table(size: usize) -> *mut u8 {
     if size <= MAX_SMALL_BYTES {
@@ -38,8 +36,23 @@ fn malloc_above_table(size: usize) -> *mut u8 {
 /// Allocation with any power-of-two alignment.
 #[inline(always)]
 pub fn alloc(size: usize, align: usize) -> *mut u8 {
-    // The common case as in `malloc`: every class from 16 bytes up is
-    // 16-byte aligned, so up to that alignment the table decides.
+    // The common case: every class is 8-byte aligned, so up to that
+    // alignment `malloc`'s choice serves, for one compare more (testing
+    // `size.max(align)` and the alignment cost `__rust_alloc` six more
+    // instructions, a push among them: ci/callgrind.sh, 39 -> 33).
+    if align <= 8 {
+        malloc(size)
+    } else {
+        alloc_aligned(size, align)
+    }
+}
+
+/// `alloc` for 16-byte alignment and up, out of line so that the common
+/// case falls through.
+#[inline(never)]
+fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
+    // Every class from 16 bytes up is 16-byte aligned, so up to that
+    // alignment the table decides.
     let want = size.max(align);
     if want <= size_class::LOOKUP_MAX && align <= 16 {
         return fastpath::alloc_scaled(size_class::scaled_class_by_table(want), size, align);
@@ -111,8 +124,10 @@ pub unsafe fn free(p: *mut u8) {
 #[inline(always)]
 pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
     // Sizes near the largest class may be large blocks in debug mode (the
-    // red zone makes them bigger), so those ask the segment map.
-    if size.max(align) <= MAX_SMALL_BYTES - crate::debug::EXTRA_BYTES {
+    // red zone makes them bigger), so those ask the segment map. `size |
+    // align` is at least `size.max(align)`, so the test is sufficient, and
+    // two instructions shorter than taking the max.
+    if size | align <= MAX_SMALL_BYTES - crate::debug::EXTRA_BYTES {
         // SAFETY: such a layout is always served from a slab.
         unsafe { fastpath::free(p) }
     } else {

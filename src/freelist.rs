@@ -8,6 +8,7 @@ use core::cell::UnsafeCell;
 
 use crate::os;
 use crate::size_class::SLAB_BYTES;
+use crate::sync::OwnLines;
 
 /// The hardening checks of the fast paths (link in slab, object start, double
 /// free). Only `--cfg slubmalloc_bench_no_checks` turns them off, to measure them.
@@ -23,18 +24,18 @@ struct Secret(UnsafeCell<usize>);
 // its INIT flag or through a lock taken after the list being read was made.
 unsafe impl Sync for Secret {}
 
-static SECRET: Secret = Secret(UnsafeCell::new(0));
+static SECRET: OwnLines<Secret> = OwnLines(Secret(UnsafeCell::new(0)));
 
 /// Called once per process, before any free list is written.
 pub fn init_secret() {
     // SAFETY: see `Secret`: no other thread reads or writes it yet.
-    unsafe { *SECRET.0.get() = os::random_u64() as usize };
+    unsafe { *SECRET.0 .0.get() = os::random_u64() as usize };
 }
 
 #[inline(always)]
 pub fn secret() -> usize {
     // SAFETY: see `Secret`: written once before any reader.
-    unsafe { *SECRET.0.get() }
+    unsafe { *SECRET.0 .0.get() }
 }
 
 /// The encoded form of the link `slot -> next`. Cost: bswap and two xors.

@@ -5,7 +5,7 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
-use crate::sync::Once;
+use crate::sync::{Once, OwnLines};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum StatsMode {
@@ -144,7 +144,7 @@ options! {
 /// `SLUBMALLOC_PROF_RATE`'s bounds: one byte (every allocation) to 1 TiB.
 pub const PROF_RATE_MAX: u64 = 1 << 40;
 
-static PARSED: Once = Once::new();
+static PARSED: OwnLines<Once> = OwnLines(Once::new());
 
 /// Written once inside PARSED's call, read-only afterwards.
 struct OptionsCell(UnsafeCell<Options>);
@@ -166,6 +166,17 @@ pub fn get() -> &'static Options {
     // SAFETY: OPTIONS is written only inside PARSED's one call, and we saw
     // it done (Acquire, here or in `call`).
     unsafe { &*OPTIONS.0.get() }
+}
+
+/// The options if they are parsed already, else None; never parses them
+/// (so a hot path that calls it keeps no registers for a call).
+#[inline]
+pub fn ready() -> Option<&'static Options> {
+    if !PARSED.is_done() {
+        return None;
+    }
+    // SAFETY: as in `get`: we saw PARSED done (Acquire).
+    Some(unsafe { &*OPTIONS.0.get() })
 }
 
 #[cold]

@@ -17,8 +17,9 @@ use crate::tls::current;
 
 /// A free by a thread that does not own the slab. The common case, a slab
 /// that another heap owns, is one `push_remote`, done here without the
-/// slow-heap machinery (about 40 instructions rather than 120); everything
-/// else goes through `free_unowned`.
+/// slow-heap machinery and with no call that returns, so no registers to
+/// save; everything else (options not parsed yet included) goes through
+/// `free_unowned`.
 #[inline(never)]
 pub fn free_slow(slab: &Slab, p: *mut u8) {
     // --- heap profile: a sampled block, in a slab of the profile heap.
@@ -27,10 +28,12 @@ pub fn free_slow(slab: &Slab, p: *mut u8) {
     }
     // ---
     let heap = current();
-    if heap != EMPTY && heap != DEAD && !debug::enabled() {
+    let debug = crate::options::ready().is_none_or(|o| o.debug);
+    if heap != EMPTY && heap != DEAD && !debug {
         // SAFETY: `p` lies in a mapped slab; its first word is readable.
         let looks_free = CHECKS && unsafe { slab::looks_free(p) };
-        if slab.push_remote(p, owner_tag(heap), looks_free) == Push::Pushed {
+        // Out of debug mode a heap's owner tag is its address.
+        if slab.push_remote(p, heap as usize, looks_free) == Push::Pushed {
             // SAFETY: a heap that is neither EMPTY nor DEAD is this
             // thread's own; the class is in range.
             unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) }
@@ -39,6 +42,13 @@ pub fn free_slow(slab: &Slab, p: *mut u8) {
             return;
         }
     }
+    free_unowned_slow(slab, p)
+}
+
+/// `free_unowned` with the slow heap, out of line: `free_slow` reaches it
+/// with a jump, so its own path needs no frame.
+#[inline(never)]
+fn free_unowned_slow(slab: &Slab, p: *mut u8) {
     with_slow_heap(|heap| free_unowned(heap, slab, p))
 }
 

@@ -247,7 +247,6 @@ pub fn store_order_fence() {
 /// the pid of the process whose thread is running the function: a child
 /// forked meanwhile finds its parent's pid there, and since the thread that
 /// was running it does not exist in the child, the child runs it itself.
-/// (A child of a fork in the window used to spin forever.)
 #[cfg(not(loom))]
 pub struct Once {
     state: AtomicU32,
@@ -302,6 +301,24 @@ impl Once {
                 Err(parent) => from = parent,
             }
         }
+    }
+}
+
+/// A static read on the fast paths and written (almost) never, on cache
+/// lines of its own: next to a lock or counter that other threads write,
+/// every read would miss (stress, four threads: the free-list secret
+/// shared a line with the large blocks' counters, the options state with
+/// their lock). 128 bytes, as the adjacent-line prefetcher moves lines in
+/// pairs.
+#[repr(align(128))]
+pub struct OwnLines<T>(pub T);
+
+impl<T> core::ops::Deref for OwnLines<T> {
+    type Target = T;
+
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
     }
 }
 
