@@ -23,6 +23,8 @@
 //!   the instant of the fork, and does not exist in the child. What it left:
 //!   - its heap, never used again: its slabs stay owned by it, so what the
 //!     child frees into them is leaked in the child, never handed out twice;
+//!     it no longer counts among the threads alive (the purger leaves a
+//!     child whose own threads have all exited);
 //!   - lock-free steps (remote frees, the claim of a FULL slab, give-backs):
 //!     each CAS happened or not; a slab claimed and not yet passed on stays
 //!     with the lost thread, leaked;
@@ -88,6 +90,8 @@ extern "C" fn child() {
     crate::large::repair_in_child();
     crate::node::rebuild_in_child();
     crate::heap::repair_registry_in_child();
+    let heap = crate::tls::current();
+    crate::heap::count_threads_in_child(heap != crate::heap::EMPTY && heap != crate::heap::DEAD);
     crate::heap::repair_orphan_in_child();
     if crate::prof_table::PROF_LOCK.is_locked() {
         crate::heap::replace_prof_in_child();

@@ -424,17 +424,25 @@ pub fn repair_registry_in_child() {
     // SAFETY: the child runs one thread, and the thread that held the lock
     // is gone: nothing else touches the registry.
     let r = unsafe { &mut *REGISTRY.data_ptr() };
-    let (mut prev, mut h, mut alive) = (ptr::null_mut(), r.live, 0);
+    let (mut prev, mut h) = (ptr::null_mut(), r.live);
     while !h.is_null() {
         // SAFETY: heaps reachable from `live` are live mappings.
         let heap = unsafe { &*h };
         heap.prev.set(prev);
-        alive += 1;
         prev = h;
         h = heap.next.get();
     }
-    r.threads_alive = alive;
     REGISTRY.lock.reset_in_child();
+}
+
+/// In a forked child whose parent had other threads: only the forking thread
+/// lives on, so the threads alive are it (if it has a heap) and none of the
+/// lost threads, whose heaps stay registered (they own slabs) but will never
+/// exit. The background purger, which stays while the program has threads,
+/// counts on this to leave a child whose last thread has exited.
+pub fn count_threads_in_child(forking_thread_has_heap: bool) {
+    // The lock is free: `repair_registry_in_child` ran first.
+    REGISTRY.with(|r| r.threads_alive = forking_thread_has_heap as u64);
 }
 
 /// In a forked child whose parent had other threads, if one of them held

@@ -14,12 +14,17 @@
  *                the same and prints as "idle" does
  *   pthread_exit the main thread ends with pthread_exit after the threads
  *                have freed: the process must still end
+ *   fork_exit    forks while two other threads sleep; the child builds and
+ *                frees as above (its purger starts), then its main thread
+ *                ends with pthread_exit: the child must end within 2.5 s
+ *                (exit status 5 if not)
  *   late_free    the main thread alone: builds 64 MiB, pauses 300 ms (three
  *                purge delays) with nothing freed, then frees it all and
  *                makes no further call; prints as "idle" does
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +97,14 @@ static void report(void) {
     printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak_kib, end, threads);
 }
 
+static void *sleeper(void *arg) {
+    (void)arg;
+    char *volatile p = malloc(64);
+    idle_ms(3000);
+    free(p);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "idle";
     if (!strcmp(mode, "idle")) {
@@ -116,6 +129,25 @@ int main(int argc, char **argv) {
         int st;
         waitpid(pid, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+    } else if (!strcmp(mode, "fork_exit")) {
+        pthread_t sleepers[2];
+        for (int i = 0; i < 2; i++)
+            if (pthread_create(&sleepers[i], NULL, sleeper, NULL))
+                return 3;
+        idle_ms(100); /* the sleepers have their heaps */
+        pid_t pid = fork();
+        if (pid == 0) {
+            build_and_free();
+            pthread_exit(NULL);
+        }
+        for (int waited = 0; waited < 2500; waited += 10) {
+            int st;
+            if (waitpid(pid, &st, WNOHANG) == pid)
+                return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+            idle_ms(10);
+        }
+        kill(pid, SIGKILL);
+        return 5;
     } else if (!strcmp(mode, "late_free")) {
         size_t n = (64u << 20) / 128;
         void **held = malloc(n * sizeof(void *));

@@ -94,6 +94,15 @@ fn a_forked_child_has_no_purger_of_its_parent_and_starts_its_own() {
 }
 
 #[test]
+fn the_purger_never_keeps_a_forked_child_alive() {
+    // The child of a fork among sleeping threads starts its own purger, and
+    // its main thread ends with pthread_exit: the threads lost in the fork
+    // do not count as the child's, so the purger leaves and the child ends.
+    let out = run("fork_exit", &[]);
+    assert!(out.status.success(), "{}", out.status);
+}
+
+#[test]
 fn memory_freed_after_a_pause_goes_back_while_the_program_makes_no_call() {
     // The main thread built 64 MiB, freed nothing for 300 ms (three purge
     // delays), then freed it all and went idle.
