@@ -1,11 +1,12 @@
 //! The background purger: a thread that gives free memory back to the
 //! kernel when its purge deadline passes, so that a program that frees and
 //! then goes idle (or whose threads free and exit) does not keep it
-//! resident. Started when a purge is first pending, it stays while the
-//! program has threads (`purge` keeps its state), asleep while nothing is
-//! pending; it never keeps a process alive after the program's last thread,
-//! blocks every signal, holds no file descriptor, and never allocates. `SLUBMALLOC_BACKGROUND_PURGE=0` turns
-//! it off.
+//! resident. Started when a purge is first pending or the program's
+//! mappings grow past 8 MiB, it stays while the program has threads
+//! (`purge` keeps its state), asleep while nothing is pending; it never
+//! keeps a process alive after the program's last thread, blocks every
+//! signal, holds no file descriptor, and never allocates.
+//! `SLUBMALLOC_BACKGROUND_PURGE=0` turns it off.
 //!
 //! It is started only from points that hold no allocator lock and that no
 //! libc lock `pthread_create` needs can be around: the allocation slow path

@@ -12,9 +12,9 @@
 //!
 //! The purger is started by the first slow path that finds a purge pending
 //! or the program's mappings past `PURGER_EARLY_BYTES`, and stays while the
-//! program has threads, asleep when nothing is pending
-//! (a `schedule` wakes it): a program that frees after a pause and then goes
-//! idle gets its memory back too. Its life, one word (`STATE`): NONE ->
+//! program has threads, asleep when nothing is pending (a `schedule` wakes
+//! it): a program that frees after a pause and then goes idle gets its
+//! memory back too. Its life, one word (`STATE`): NONE ->
 //! STARTING (a slow path that holds no allocator lock won the CAS and calls
 //! `pthread_create`; that call allocates, and any allocation it makes sees
 //! STARTING and starts nothing) -> RUNNING -> NONE (no thread of the
