@@ -9,10 +9,11 @@
 //! of a live block use mremap. A cached mapping unused for the purge delay
 //! is unmapped.
 
+use core::mem::MaybeUninit;
 use core::ptr;
 
 use crate::os::{self, PAGE_BYTES};
-use crate::sync::{store_order_fence, Locked, Ordering};
+use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
 
 /// Cached mappings: at most this many, and at most `Table::cache_limit`
 /// bytes in all: a quarter of the most bytes live in large blocks at once
@@ -21,6 +22,8 @@ use crate::sync::{store_order_fence, Locked, Ordering};
 /// (`benches/c/large_replace.c`), a quarter of the live bytes holds the
 /// block just freed and the pieces of its predecessors.
 const CACHE_SLOTS: usize = 32;
+// `best_cached` keeps a slot's index in the low bits of a page count.
+const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES);
 /// A cached mapping is split for a smaller request only when the part left
 /// over is at least this big (or the mapping is over four times the
 /// request): splitting the small ones fragmented the cache into pieces no
@@ -95,6 +98,12 @@ static LARGE: Locked<Table> = Locked::new(Table {
     freed_next: 0,
 });
 
+/// Adds `n` (wrapping) to a counter written only under the table's lock:
+/// a relaxed load and store, no locked instruction.
+fn add(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
 fn hash(p: usize, cap: usize) -> usize {
     ((p >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & (cap - 1)
 }
@@ -144,15 +153,35 @@ impl Table {
         }
     }
 
-    /// Inserts an entry; false if the table could not grow (out of memory).
-    fn insert(&mut self, e: Entry) -> bool {
-        if (self.used + 1) * 4 > self.cap * 3 && !self.grow() {
-            return false;
-        }
+    /// Makes room for one more entry; false if the table could not grow
+    /// (out of memory).
+    fn room(&mut self) -> bool {
+        (self.used + 1) * 4 <= self.cap * 3 || self.grow()
+    }
+
+    /// Inserts an entry; `room` made space for it.
+    fn insert(&mut self, e: Entry) {
+        invariant!((self.used + 1) * 4 <= self.cap * 3);
         if place(self.slots, self.cap, e) {
             self.used += 1;
         }
-        true
+    }
+
+    /// Enters a new block, the whole mapping `base..base + len`, and counts
+    /// it (`hit`: taken from the cache). `room` made space for it.
+    fn enter(&mut self, base: usize, len: usize, hit: bool) {
+        self.insert(Entry {
+            ptr: base,
+            base,
+            len,
+        });
+        self.live_changed(len as isize);
+        let g = crate::counters::global();
+        add(&g.large_blocks, 1);
+        add(&g.large_bytes, len as u64);
+        if hit {
+            add(&g.large_cache_hits, 1);
+        }
     }
 
     fn grow(&mut self) -> bool {
@@ -186,15 +215,17 @@ impl Table {
         true
     }
 
-    /// The smallest cached mapping of at least `len` bytes.
+    /// The smallest cached mapping of at least `len` bytes, in one pass
+    /// without branches: a key is a length with the slot's index in its low
+    /// bits (lengths are whole pages), so a min chooses the slot, the first
+    /// of equals. About six instructions a slot, no jump that mispredicts.
     fn best_cached(&self, len: usize) -> Option<usize> {
-        let (i, _) = self
-            .cache
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.base != 0 && c.len >= len)
-            .min_by_key(|(_, c)| c.len)?;
-        Some(i)
+        let mut best = usize::MAX;
+        for (i, c) in self.cache.iter().enumerate() {
+            // An empty slot's length is 0, below any request.
+            best = best.min(if c.len >= len { c.len | i } else { usize::MAX });
+        }
+        (best != usize::MAX).then_some(best & (CACHE_SLOTS - 1))
     }
 
     /// A mapping for `len` bytes from the cache: the smallest that fits,
@@ -242,30 +273,34 @@ impl Table {
     }
 
     /// Caches the freed mapping `base..base + len`, merged with cached
-    /// neighbours; the oldest entries make room. Returns what must be
-    /// unmapped (evicted entries, or the mapping itself if it cannot be
-    /// kept), to be unmapped after the lock is released.
-    fn cache_freed(&mut self, mut base: usize, mut len: usize, now: u64) -> Evicted {
-        let mut out = Evicted {
-            list: [NO_CACHED; CACHE_SLOTS + 1],
-            n: 0,
-        };
-        for c in self.cache.iter_mut() {
+    /// neighbours; the oldest entries make room. What must be unmapped
+    /// (evicted entries, or the mapping itself if it cannot be kept) goes
+    /// to `out`, to be unmapped after the lock is released. One pass over
+    /// the slots finds the neighbours, a free slot and the oldest entry;
+    /// another only for each further entry evicted.
+    fn cache_freed(&mut self, mut base: usize, mut len: usize, now: u64, out: &mut Evicted) {
+        let (mut free_slot, mut oldest) = (None, None);
+        let mut oldest_at = u64::MAX;
+        for (i, c) in self.cache.iter_mut().enumerate() {
             if c.base != 0 && (c.base + c.len == base || base + len == c.base) {
                 base = base.min(c.base);
                 len += c.len;
                 self.cached_bytes -= c.len;
                 *c = NO_CACHED;
             }
+            if c.base == 0 {
+                free_slot = free_slot.or(Some(i));
+            } else if c.freed_at_ns < oldest_at {
+                (oldest, oldest_at) = (Some(i), c.freed_at_ns);
+            }
         }
         let limit = self.cache_limit();
         if len > limit {
             out.push(base, len);
             self.publish_cache();
-            return out;
+            return;
         }
         loop {
-            let free_slot = self.cache.iter().position(|c| c.base == 0);
             if let (Some(s), true) = (free_slot, self.cached_bytes + len <= limit) {
                 self.cache[s] = Cached {
                     base,
@@ -275,9 +310,6 @@ impl Table {
                 self.cached_bytes += len;
                 break;
             }
-            let oldest = (0..CACHE_SLOTS)
-                .filter(|&i| self.cache[i].base != 0)
-                .min_by_key(|&i| self.cache[i].freed_at_ns);
             let Some(i) = oldest else {
                 out.push(base, len);
                 break;
@@ -285,9 +317,12 @@ impl Table {
             out.push(self.cache[i].base, self.cache[i].len);
             self.cached_bytes -= self.cache[i].len;
             self.cache[i] = NO_CACHED;
+            free_slot = free_slot.or(Some(i));
+            oldest = (0..CACHE_SLOTS)
+                .filter(|&i| self.cache[i].base != 0)
+                .min_by_key(|&i| self.cache[i].freed_at_ns);
         }
         self.publish_cache();
-        out
     }
 
     /// The cache's gauges for the statistics. Lock held.
@@ -319,29 +354,37 @@ enum Hit {
     Grow(usize, usize),
 }
 
-/// Mappings to unmap once the lock is released.
+/// Mappings to unmap once the lock is released: (base, len) pairs, the
+/// first `n` written. Left uninitialised (528 bytes): the caller makes one
+/// per free, and zeroing it cost more than the rest of the free's work.
 struct Evicted {
-    list: [Cached; CACHE_SLOTS + 1],
+    list: [MaybeUninit<(usize, usize)>; CACHE_SLOTS + 1],
     n: usize,
 }
 
 impl Evicted {
+    fn new() -> Self {
+        Evicted {
+            list: [const { MaybeUninit::uninit() }; CACHE_SLOTS + 1],
+            n: 0,
+        }
+    }
+
+    /// At most `CACHE_SLOTS + 1` pushes: the cached entries and one more.
     fn push(&mut self, base: usize, len: usize) {
-        self.list[self.n] = Cached {
-            base,
-            len,
-            freed_at_ns: 0,
-        };
+        self.list[self.n].write((base, len));
         self.n += 1;
     }
 
     /// Unmaps them; `purged`: they count as given back by a purge.
     fn unmap_all(&self, purged: bool) {
-        for c in &self.list[..self.n] {
-            unmap(c.base, c.len);
+        for m in &self.list[..self.n] {
+            // SAFETY: the first `n` entries were written by `push`.
+            let (base, len) = unsafe { m.assume_init() };
+            unmap(base, len);
             if purged {
                 // Relaxed: a statistics counter.
-                os::PURGED_BYTES.fetch_add(c.len as u64, Ordering::Relaxed);
+                os::PURGED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
             }
         }
     }
@@ -356,28 +399,40 @@ fn page_round(size: usize) -> Option<usize> {
 
 /// Allocates a large block, or null with errno ENOMEM. `zero`: the caller
 /// wants zeroed memory (fresh mappings already are; cached ones are cleared).
+/// A cache hit that fits takes the lock once; otherwise a second time, to
+/// enter the block after the system call.
 pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     let Some(len) = page_round(size) else {
         os::set_enomem();
         return ptr::null_mut();
     };
     let cached = if align <= PAGE_BYTES {
-        LARGE.with(|t| t.take_cached(len))
+        LARGE.with(|t| {
+            if !t.room() {
+                return Err(());
+            }
+            let hit = t.take_cached(len);
+            if let Some(Hit::Fits(base, l)) = hit {
+                t.enter(base, l, true);
+            }
+            Ok(hit)
+        })
     } else {
-        None
+        Ok(None)
     };
-    let g = crate::counters::global();
-    let (base, map_len) = match cached {
-        Some(Hit::Fits(base, l)) => {
-            // Relaxed: a statistics counter (as every `g` counter here).
-            g.large_cache_hits.fetch_add(1, Ordering::Relaxed);
+    let (base, map_len, hit) = match cached {
+        Err(()) => {
+            os::set_enomem();
+            return ptr::null_mut();
+        }
+        Ok(Some(Hit::Fits(base, _))) => {
             if zero {
                 // SAFETY: the cached mapping is ours and at least `size` long.
                 unsafe { ptr::write_bytes(base as *mut u8, 0, size) };
             }
-            (base, l)
+            return base as *mut u8;
         }
-        Some(Hit::Grow(base, l)) => {
+        Ok(Some(Hit::Grow(base, l))) => {
             // A failed grow falls back to a fresh mapping: errno stays as
             // the caller had it unless that fails too (`map_fresh` sets it).
             let grown = {
@@ -385,30 +440,22 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
                 grow_cached(base, l, len, zero)
             };
             match grown {
-                Some(q) => {
-                    g.large_cache_hits.fetch_add(1, Ordering::Relaxed);
-                    (q, len)
-                }
+                Some(q) => (q, len, true),
                 None => match map_fresh(len, align) {
-                    Some(m) => (m, len),
+                    Some(m) => (m, len, false),
                     None => return ptr::null_mut(),
                 },
             }
         }
-        None => match map_fresh(len, align) {
-            Some(m) => (m, len),
+        Ok(None) => match map_fresh(len, align) {
+            Some(m) => (m, len, false),
             None => return ptr::null_mut(),
         },
     };
-    let p = base;
     if !LARGE.with(|t| {
-        let ok = t.insert(Entry {
-            ptr: p,
-            base,
-            len: map_len,
-        });
+        let ok = t.room();
         if ok {
-            t.live_changed(map_len as isize);
+            t.enter(base, map_len, hit);
         }
         ok
     }) {
@@ -416,10 +463,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
         os::set_enomem();
         return ptr::null_mut();
     }
-    let g = crate::counters::global();
-    g.large_blocks.fetch_add(1, Ordering::Relaxed);
-    g.large_bytes.fetch_add(map_len as u64, Ordering::Relaxed);
-    p as *mut u8
+    base as *mut u8
 }
 
 /// A fresh mapping of `len` bytes at `align`, counted; None (errno ENOMEM)
@@ -469,11 +513,11 @@ pub enum Freed {
     NotOurs,
 }
 
-/// Frees a large block.
+/// Frees a large block: one lock hold.
 pub fn free(p: *mut u8) -> Freed {
     let p = p as usize;
     let now = crate::purge::now_ns();
-    let mut evicted = None;
+    let mut evicted = Evicted::new();
     let r = LARGE.with(|t| {
         let Some(i) = t.find(p) else {
             return if t.freed.contains(&p) {
@@ -488,13 +532,13 @@ pub fn free(p: *mut u8) -> Freed {
         t.freed_next = (t.freed_next + 1) % FREED_RING;
         t.live_changed(-(e.len as isize));
         let g = crate::counters::global();
-        g.large_blocks.fetch_sub(1, Ordering::Relaxed);
-        g.large_bytes.fetch_sub(e.len as u64, Ordering::Relaxed);
-        evicted = Some(t.cache_freed(e.base, e.len, now));
+        add(&g.large_blocks, 1u64.wrapping_neg());
+        add(&g.large_bytes, (e.len as u64).wrapping_neg());
+        t.cache_freed(e.base, e.len, now, &mut evicted);
         Freed::Ok
     });
-    if let Some(ev) = evicted {
-        ev.unmap_all(false);
+    if let Freed::Ok = r {
+        evicted.unmap_all(false);
         crate::purge::schedule(now);
     }
     r
@@ -538,7 +582,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             return None;
         }
         // Make room first, so the insert below cannot fail after the remap.
-        if (t.used + 1) * 4 > t.cap * 3 && !t.grow() {
+        if !t.room() {
             os::set_enomem();
             return Some(ptr::null_mut());
         }
@@ -562,10 +606,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
         }
         t.live_changed(new_len as isize - e.len as isize);
         let g = crate::counters::global();
-        g.large_bytes.fetch_add(
-            (new_len as u64).wrapping_sub(e.len as u64),
-            Ordering::Relaxed,
-        );
+        add(&g.large_bytes, (new_len as u64).wrapping_sub(e.len as u64));
         g.large_mapped.fetch_add(
             (new_len as u64).wrapping_sub(e.len as u64),
             Ordering::Relaxed,
@@ -583,10 +624,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
 /// `u64::MAX`: `malloc_trim`); returns whether any stay cached. A purge
 /// pass: the cache's bound forgets the peak before it.
 pub fn purge_cache(cutoff_ns: u64) -> bool {
-    let mut out = Evicted {
-        list: [NO_CACHED; CACHE_SLOTS + 1],
-        n: 0,
-    };
+    let mut out = Evicted::new();
     let left = LARGE.with(|t| {
         for c in t.cache.iter_mut() {
             if c.base != 0 && c.freed_at_ns < cutoff_ns {

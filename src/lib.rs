@@ -55,7 +55,7 @@
 //! write is undefined behaviour, and the optimiser may drop it), a read out
 //! of bounds, an overflow of a block that is never freed, a store that skips
 //! the red zone into another live block, or any overflow of a large block
-//! (more than 32 KiB with the red zone: no red zone).
+//! (more than 64 KiB with the red zone: no red zone).
 //!
 //! # Any program, by LD_PRELOAD
 //!
@@ -69,7 +69,7 @@
 //!
 //! Thread heaps (per class an active slab and a short partial list) -> node
 //! partial lists (per class, locked, exact counters) -> segments (4 MiB
-//! aligned mappings of 64 KiB slabs). Blocks above 32 KiB get their own
+//! aligned mappings of 64 KiB slabs). Blocks above 64 KiB get their own
 //! mappings.
 //!
 //! Modules in layers, lowest first. A module uses only modules of its own
