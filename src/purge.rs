@@ -123,17 +123,23 @@ pub fn take_now() {
 /// it all, with no allocation after, gets it back too. Below it a program
 /// gets a purger at its first slow path after a purge is pending.
 const PURGER_EARLY_BYTES: u64 = 8 << 20;
+/// The mapped bytes the process inherited from its parent by `fork`: a
+/// child starts a purger early only for what it maps itself, so that a
+/// child of a big process that allocates a little and calls `exec` creates
+/// no thread.
+static INHERITED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Whether a slow path that holds no allocator lock should start the purger:
 /// none runs, it is on (`SLUBMALLOC_BACKGROUND_PURGE`), a purge is pending
-/// or the program maps `PURGER_EARLY_BYTES`, and no start failed in the
-/// last second. One load once it runs, up to four before.
+/// or the process has mapped `PURGER_EARLY_BYTES` of its own, and no start
+/// failed in the last second. One load once it runs, up to four before.
 #[inline]
 pub fn purger_wanted() -> bool {
     // Relaxed: a stale answer costs one slow path's delay; `claim_start`'s
     // CAS decides.
     STATE.load(Ordering::Relaxed) == NONE
-        && (deadline() != 0 || mapped_bytes() >= PURGER_EARLY_BYTES)
+        && (deadline() != 0
+            || mapped_bytes() >= INHERITED_BYTES.load(Ordering::Relaxed) + PURGER_EARLY_BYTES)
         && crate::options::get().background_purge
         && now_ns() >= RETRY_AFTER_NS.load(Ordering::Relaxed)
 }
@@ -202,9 +208,13 @@ pub fn count_background_purge() {
 }
 
 /// In a forked child: there is no purger (threads are not copied by fork),
-/// whatever the parent's state said.
+/// whatever the parent's state said; neither the parent's pending deadline
+/// nor what it mapped makes the child start one (what the parent freed is
+/// purged with the child's own first purge).
 pub fn reset_in_child() {
     // Relaxed: the child runs one thread.
     STATE.store(NONE, Ordering::Relaxed);
+    DEADLINE_NS.store(0, Ordering::Relaxed);
     RETRY_AFTER_NS.store(0, Ordering::Relaxed);
+    INHERITED_BYTES.store(mapped_bytes(), Ordering::Relaxed);
 }

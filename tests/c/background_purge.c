@@ -18,6 +18,10 @@
  *                frees as above (its purger starts), then its main thread
  *                ends with pthread_exit: the child must end within 2.5 s
  *                (exit status 5 if not)
+ *   fork_small   the parent builds and frees (its purger runs, a purge is
+ *                pending), forks; the child allocates a few small blocks,
+ *                frees nothing, waits 200 ms and prints "threads=T" (it has
+ *                no reason for a purger of its own)
  *   late_free    the main thread alone: builds 64 MiB, pauses 300 ms (three
  *                purge delays) with nothing freed, then frees it all and
  *                makes no further call; prints as "idle" does
@@ -148,6 +152,23 @@ int main(int argc, char **argv) {
         }
         kill(pid, SIGKILL);
         return 5;
+    } else if (!strcmp(mode, "fork_small")) {
+        build_and_free();
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int i = 0; i < 100; i++) {
+                char *volatile p = malloc(16 + i * 40);
+                p[0] = 1; /* kept: the child frees nothing */
+            }
+            idle_ms(200);
+            printf("threads=%ld\n", status_field("/proc/self/status", 0, "Threads:"));
+            fflush(stdout);
+            _exit(0);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
     } else if (!strcmp(mode, "late_free")) {
         size_t n = (64u << 20) / 128;
         void **held = malloc(n * sizeof(void *));

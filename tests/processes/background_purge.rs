@@ -103,6 +103,15 @@ fn the_purger_never_keeps_a_forked_child_alive() {
 }
 
 #[test]
+fn a_forked_child_that_allocates_a_little_starts_no_purger() {
+    // What the parent mapped does not count towards the child's early
+    // start: a child that allocates a little (and would call exec) gets
+    // no thread.
+    let out = stdout(&run("fork_small", &[]));
+    assert!(out.contains("threads=1"), "child: {out}");
+}
+
+#[test]
 fn memory_freed_after_a_pause_goes_back_while_the_program_makes_no_call() {
     // The main thread built 64 MiB, freed nothing for 300 ms (three purge
     // delays), then freed it all and went idle.
