@@ -102,3 +102,12 @@ static GLOBAL: Global = Global {
 pub fn global() -> &'static Global {
     &GLOBAL
 }
+
+impl Global {
+    /// Bytes mapped for segments and large blocks.
+    pub fn mapped_bytes(&self) -> u64 {
+        // Relaxed: statistics counters, read as a snapshot.
+        self.segments.load(Ordering::Relaxed) * crate::size_class::SEGMENT_BYTES as u64
+            + self.large_mapped.load(Ordering::Relaxed)
+    }
+}

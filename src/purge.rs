@@ -139,16 +139,10 @@ pub fn purger_wanted() -> bool {
     // CAS decides.
     STATE.load(Ordering::Relaxed) == NONE
         && (deadline() != 0
-            || mapped_bytes() >= INHERITED_BYTES.load(Ordering::Relaxed) + PURGER_EARLY_BYTES)
+            || global().mapped_bytes()
+                >= INHERITED_BYTES.load(Ordering::Relaxed) + PURGER_EARLY_BYTES)
         && crate::options::get().background_purge
         && now_ns() >= RETRY_AFTER_NS.load(Ordering::Relaxed)
-}
-
-/// Bytes mapped for segments and large blocks.
-fn mapped_bytes() -> u64 {
-    // Relaxed: statistics counters, read as a hint.
-    global().segments.load(Ordering::Relaxed) * crate::size_class::SEGMENT_BYTES as u64
-        + global().large_mapped.load(Ordering::Relaxed)
 }
 
 /// NONE -> STARTING: true if the caller must now create the purger and
@@ -216,5 +210,5 @@ pub fn reset_in_child() {
     STATE.store(NONE, Ordering::Relaxed);
     DEADLINE_NS.store(0, Ordering::Relaxed);
     RETRY_AFTER_NS.store(0, Ordering::Relaxed);
-    INHERITED_BYTES.store(mapped_bytes(), Ordering::Relaxed);
+    INHERITED_BYTES.store(global().mapped_bytes(), Ordering::Relaxed);
 }

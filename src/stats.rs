@@ -198,8 +198,7 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
     let large_bytes = g.large_bytes.load(Ordering::Relaxed);
     let totals = Totals {
         bytes_in_use: bytes_in_use + large_bytes,
-        bytes_mapped: segments * crate::segment::SEGMENT_BYTES as u64
-            + g.large_mapped.load(Ordering::Relaxed),
+        bytes_mapped: g.mapped_bytes(),
         resident_bytes: crate::os::resident_bytes(),
         segments,
         large_blocks: g.large_blocks.load(Ordering::Relaxed),

@@ -61,20 +61,31 @@ static long status_field(const char *path, int field, const char *key) {
 
 static long rss_kib(void) { return status_field("/proc/self/statm", 1, NULL) * 4; }
 
-static void *worker(void *arg) {
-    (void)arg;
-    size_t n = (32u << 20) / 128;
-    void **held = malloc(n * sizeof(void *));
-    for (size_t i = 0; i < n; i++) {
+/* `bytes` of small blocks (16..256 bytes, each written), in an array. */
+static void **build(size_t bytes, size_t *n) {
+    *n = bytes / 128;
+    void **held = malloc(*n * sizeof(void *));
+    for (size_t i = 0; i < *n; i++) {
         held[i] = malloc(16 + i % 241);
         memset(held[i], 1, 16);
     }
-    if (pthread_barrier_wait(&built) == PTHREAD_BARRIER_SERIAL_THREAD)
-        peak_kib = rss_kib();
-    pthread_barrier_wait(&built);
+    return held;
+}
+
+static void free_all(void **held, size_t n) {
     for (size_t i = 0; i < n; i++)
         free(held[i]);
     free(held);
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    size_t n;
+    void **held = build(32u << 20, &n);
+    if (pthread_barrier_wait(&built) == PTHREAD_BARRIER_SERIAL_THREAD)
+        peak_kib = rss_kib();
+    pthread_barrier_wait(&built);
+    free_all(held, n);
     return NULL;
 }
 
@@ -91,6 +102,13 @@ static void build_and_free(void) {
 static void idle_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* The child's exit status, 4 if it did not exit. */
+static int child_status(pid_t pid) {
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
 }
 
 static void report(void) {
@@ -130,9 +148,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
             _exit(0);
         }
-        int st;
-        waitpid(pid, &st, 0);
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+        return child_status(pid);
     } else if (!strcmp(mode, "fork_exit")) {
         pthread_t sleepers[2];
         for (int i = 0; i < 2; i++)
@@ -166,21 +182,13 @@ int main(int argc, char **argv) {
             fflush(stdout);
             _exit(0);
         }
-        int st;
-        waitpid(pid, &st, 0);
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+        return child_status(pid);
     } else if (!strcmp(mode, "late_free")) {
-        size_t n = (64u << 20) / 128;
-        void **held = malloc(n * sizeof(void *));
-        for (size_t i = 0; i < n; i++) {
-            held[i] = malloc(16 + i % 241);
-            memset(held[i], 1, 16);
-        }
+        size_t n;
+        void **held = build(64u << 20, &n);
         peak_kib = rss_kib();
         idle_ms(300);
-        for (size_t i = 0; i < n; i++)
-            free(held[i]);
-        free(held);
+        free_all(held, n);
         report();
     } else if (!strcmp(mode, "pthread_exit")) {
         build_and_free();
