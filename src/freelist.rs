@@ -38,16 +38,12 @@ pub fn secret() -> usize {
     unsafe { *SECRET.0 .0.get() }
 }
 
-/// The encoded form of the link `slot -> next`. Cost: bswap and two xors.
+/// The encoded form of the link `slot -> next` under `secret` (the global
+/// one, or a fast path's copy, `Heap::secret`); also its own inverse.
+/// Cost: bswap and two xors.
 #[inline(always)]
-pub fn encode(next: *mut u8, slot: *mut u8) -> usize {
-    (slot as usize).swap_bytes() ^ secret() ^ next as usize
-}
-
-/// Inverse of `encode`.
-#[inline(always)]
-pub fn decode(stored: usize, slot: *mut u8) -> *mut u8 {
-    ((slot as usize).swap_bytes() ^ secret() ^ stored) as *mut u8
+pub fn encode_with(secret: usize, next: *mut u8, slot: *mut u8) -> usize {
+    (slot as usize).swap_bytes() ^ secret ^ next as usize
 }
 
 /// Writes the link `obj -> next`.
@@ -56,8 +52,18 @@ pub fn decode(stored: usize, slot: *mut u8) -> *mut u8 {
 /// `obj` is a free object of at least 8 bytes that the caller may write.
 #[inline(always)]
 pub unsafe fn set_next(obj: *mut u8, next: *mut u8) {
+    // SAFETY: per the contract.
+    unsafe { set_next_with(secret(), obj, next) };
+}
+
+/// `set_next` with the secret given.
+///
+/// # Safety
+/// As for `set_next`.
+#[inline(always)]
+pub unsafe fn set_next_with(secret: usize, obj: *mut u8, next: *mut u8) {
     // SAFETY: per the contract, `obj` is writable and 8-byte aligned.
-    unsafe { *(obj as *mut usize) = encode(next, obj) };
+    unsafe { *(obj as *mut usize) = encode_with(secret, next, obj) };
 }
 
 /// Reads the link stored in `obj`.
@@ -66,8 +72,18 @@ pub unsafe fn set_next(obj: *mut u8, next: *mut u8) {
 /// `obj` is a free object of at least 8 bytes that the caller may read.
 #[inline(always)]
 pub unsafe fn get_next(obj: *mut u8) -> *mut u8 {
+    // SAFETY: per the contract.
+    unsafe { get_next_with(secret(), obj) }
+}
+
+/// `get_next` with the secret given.
+///
+/// # Safety
+/// As for `get_next`.
+#[inline(always)]
+pub unsafe fn get_next_with(secret: usize, obj: *mut u8) -> *mut u8 {
     // SAFETY: per the contract, `obj` is readable and 8-byte aligned.
-    decode(unsafe { *(obj as *const usize) }, obj)
+    encode_with(secret, unsafe { *(obj as *const usize) } as *mut u8, obj) as *mut u8
 }
 
 /// Whether `next`, read from free object `obj`, may be followed: null or in

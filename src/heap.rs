@@ -74,6 +74,11 @@ pub struct Heap {
     /// and takes the sampling path when it goes below zero; `i64::MAX` with
     /// profiling off), the sampling random state, the reentrancy guard.
     pub prof_left: Cell<i64>,
+    /// A copy of the free-list secret (`freelist::secret`), set when a
+    /// thread takes the heap: the fast paths read it beside the heap they
+    /// already hold, where a Rust program reaches the static through the
+    /// GOT (one load more per call, ci/callgrind.sh).
+    pub secret: Cell<usize>,
     pub prof_rng: Cell<u64>,
     pub prof_busy: Cell<bool>,
     /// Set while `profile::calibrate` allocates through Rust's entry points.
@@ -247,6 +252,7 @@ impl Heap {
             next: Cell::new(ptr::null_mut()),
             prev: Cell::new(ptr::null_mut()),
             prof_left: Cell::new(0),
+            secret: Cell::new(0),
             prof_rng: Cell::new(0),
             prof_busy: Cell::new(false),
             prof_calibrating: Cell::new(false),

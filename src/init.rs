@@ -54,6 +54,8 @@ pub fn create_heap() -> *mut Heap {
         // read its `returned` stacks, so it is reset field by field.
         unsafe { (*mem).reset() };
     }
+    // SAFETY: `mem` is an empty heap no other thread writes.
+    unsafe { (*mem).secret.set(crate::freelist::secret()) };
     REGISTRY.with(|r| {
         // SAFETY: `mem` is initialised; registry members are live heaps.
         unsafe {
