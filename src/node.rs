@@ -228,6 +228,12 @@ impl Node {
         false
     }
 
+    /// Counts a free into a slab this list is about to take: a cold class's
+    /// free that claimed a FULL slab (`release::free_unowned`). Lock held.
+    pub fn count_free_listed(&self) {
+        count(&self.frees_listed);
+    }
+
     pub fn first(&self) -> *mut Slab {
         self.head.get()
     }

@@ -91,6 +91,18 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
                     return;
                 }
             }
+            if !heap.is_warm(class) {
+                // A cold class owns no slab (`shared`): the slab goes back
+                // to the node list, where the shared slabs are, and the free
+                // is counted there, so that its class heap stays untouched
+                // (a page the fast path only read maps the zero page, and
+                // a first write to it then costs a copy and a TLB shootdown
+                // on every CPU the process runs on).
+                let node = &NODES[class];
+                let _g = node.lock.guard();
+                node.count_free_listed();
+                return release(heap, class, slab, ptr::null_mut());
+            }
             heap.classes[class].ev.inc(Ev::FreeSlow);
             return adopt(heap, class, slab);
         }

@@ -157,10 +157,10 @@ fn node_placement_decisions_are_counted() {
     let size = 3000; // 3072-byte class: 21 objects per slab
     let cache = || *slubmalloc::stats().cache_for_size(size).unwrap();
     // Fill 40 slabs on a thread that then exits, and free one block of each
-    // from this thread: each full slab is adopted by its first free (its
-    // filler is gone), and once more than the thread partial limit are held
-    // the oldest go to the node list, at the tail (nearly full); a thread
-    // exit that releases a nearly empty slab puts it at the head.
+    // from this thread, for which the class is cold: each full slab is
+    // claimed by its first free (its filler is gone) and goes back to the
+    // node list, at the tail (nearly full); a thread exit that releases a
+    // nearly empty slab puts it at the head.
     //
     // An exited thread's heap is pooled, and a thread the test harness starts
     // meanwhile may take it: then the frees hand the slabs to that live heap
@@ -183,16 +183,25 @@ fn node_placement_decisions_are_counted() {
         if mid.node_tail > before.node_tail || given_back == 0 || attempt == 5 {
             assert!(
                 mid.node_tail > before.node_tail,
-                "adopted slabs past the partial limit go to the tail: {before:?} {mid:?}"
+                "claimed slabs go to the tail: {before:?} {mid:?}"
+            );
+            assert_eq!(
+                mid.thread_partial_slabs, before.thread_partial_slabs,
+                "a thread for which the class is cold adopts no slab: {before:?} {mid:?}"
             );
             break (mid, blocks);
         }
     };
     drop(blocks);
     thread::spawn(move || {
-        let keep: Vec<Vec<u8>> = (0..2)
+        // Past the 32 objects a cold class takes from shared slabs, the
+        // class warms up and the thread takes a slab of its own, of which
+        // it keeps two blocks at its exit.
+        let mut blocks: Vec<Vec<u8>> = (0..40)
             .map(|_| std::hint::black_box(Vec::with_capacity(size)))
             .collect();
+        let keep = blocks.split_off(38);
+        drop(blocks);
         std::mem::forget(keep);
     })
     .join()
