@@ -16,7 +16,8 @@
 //! - FULL (the word is 0): no owner, on no list, no free object. The first
 //!   free claims it with one CAS (`try_claim_full`, no lock), then gives it
 //!   back to the heap that filled it (`give_back`, onto that heap's
-//!   `returned` stack) or adopts it (`adopt`) if that heap is closed.
+//!   `returned` stack) or, if that heap is closed, adopts it (`adopt`), or
+//!   lists it on the node if the freer's class is cold (`begin_listing`).
 //! - LISTED (`REMOTE_LISTED`): on its node's partial list; every field is
 //!   the node lock's. A freer that sees LISTED takes the lock and looks again.
 //! - FREE (`REMOTE_FREE`): back in its segment; any free into it is invalid.
@@ -24,7 +25,7 @@
 //! Transitions: FREE -> OWNED (`init`); FREE -> LISTED (`init_listed`, a
 //! slab shared by cold classes, node lock); OWNED -> FULL (`try_make_full`,
 //! lock-free, Release); FULL -> OWNED (`try_claim_full`, Acquire, then
-//! `give_back` or `adopt`); OWNED -> LISTED (`begin_listing`, node lock);
+//! `give_back`, `adopt` or `begin_listing`); OWNED -> LISTED (`begin_listing`, node lock);
 //! LISTED -> OWNED (`take_listed`, node lock); LISTED -> FULL
 //! (`make_full_from_listed`, node lock, Release); LISTED -> FREE
 //! (`make_free`, node lock). A LISTED slab also hands out single objects
