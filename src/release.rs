@@ -7,7 +7,7 @@ use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
-use crate::freelist::{self, get_next, link_is_sane, set_next, CHECKS};
+use crate::freelist::{self, set_next, CHECKS};
 use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
 use crate::node::{self, NODES};
 use crate::refill::with_slow_heap;
@@ -27,11 +27,15 @@ pub fn free_slow(slab: &Slab, p: *mut u8) {
         return crate::profile::free_sampled(slab, p);
     }
     // ---
+    // Read once, before any write into `p`: a push that loses its CAS to a
+    // change of state has already written a link into `p`, which a second
+    // reading would take for a free block (a double free reported for a
+    // correct program, as a slab went LISTED and was taken again meanwhile).
+    // SAFETY: `p` lies in a mapped slab; its first word is readable.
+    let looks_free = CHECKS && unsafe { slab::looks_free(p) };
     let heap = current();
     let debug = crate::options::ready().is_none_or(|o| o.debug);
     if heap != EMPTY && heap != DEAD && !debug {
-        // SAFETY: `p` lies in a mapped slab; its first word is readable.
-        let looks_free = CHECKS && unsafe { slab::looks_free(p) };
         // Out of debug mode a heap's owner tag is its address.
         if slab.push_remote(p, heap as usize, looks_free) == Push::Pushed {
             // SAFETY: a heap that is neither EMPTY nor DEAD is this
@@ -42,27 +46,25 @@ pub fn free_slow(slab: &Slab, p: *mut u8) {
             return;
         }
     }
-    free_unowned_slow(slab, p)
+    free_unowned_slow(slab, p, looks_free)
 }
 
 /// `free_unowned` with the slow heap, out of line: `free_slow` reaches it
 /// with a jump, so its own path needs no frame.
 #[inline(never)]
-fn free_unowned_slow(slab: &Slab, p: *mut u8) {
-    with_slow_heap(|heap| free_unowned(heap, slab, p))
+fn free_unowned_slow(slab: &Slab, p: *mut u8, looks_free: bool) {
+    with_slow_heap(|heap| free_unowned(heap, slab, p, looks_free))
 }
 
 /// A free, through the slow heap, of `p` in a slab `heap` may not own: a
 /// push onto its owner's remote list, the claim of a FULL slab, or a free
-/// into a LISTED one under its node lock.
-fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
+/// into a LISTED one under its node lock. `looks_free` is
+/// `slab::looks_free(p)` as `free_slow` read it, before any write into `p`.
+fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
     if debug::enabled() {
         not_a_live_block(slab.state(), slab, p);
         debug::on_free(slab, p);
     }
-    // Read before any write into `p`.
-    // SAFETY: `p` lies in a mapped slab; its first word is readable.
-    let looks_free = CHECKS && unsafe { slab::looks_free(p) };
     let class = slab.class.get() as usize;
     loop {
         let state = match slab.push_remote(p, owner_tag(heap), looks_free) {
@@ -71,7 +73,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8) {
                 return;
             }
             // The orphan heap owns it, or our own slab reached the slow path.
-            Push::Mine => return free_owned_slow(heap, slab, p),
+            Push::Mine => return free_owned_slow(heap, slab, p, looks_free),
             Push::NotOwned(state) => state,
         };
         not_a_live_block(state, slab, p);
@@ -174,13 +176,13 @@ fn release_partials(heap: &Heap, class: usize) {
     }
 }
 
-/// A free into a slab the heap owns, reached through the slow path.
-fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8) {
+/// A free into a slab the heap owns, reached through the slow path;
+/// `looks_free` as for `free_unowned`.
+fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
     if !slab.is_object_start(p) {
         invalid_free(p);
     }
-    // SAFETY: `p` is an object slot of a slab we own.
-    if link_is_sane(p, unsafe { get_next(p) }) {
+    if looks_free {
         return free_suspicious(heap as *const Heap as *mut Heap, slab, p);
     }
     let c = &heap.classes[slab.class.get() as usize];

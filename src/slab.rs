@@ -346,7 +346,9 @@ impl Slab {
     /// before any write, decodes to a valid link (the double-free test: the
     /// owner holds the lists, so they cannot be walked). Stops the process
     /// on an invalid pointer or a double free. Cost when it pushes: a load,
-    /// an owner compare, the slot test, an encode and one CAS.
+    /// an owner compare, the slot test, an encode and one CAS. When it does
+    /// not push, it may have written its link into `p` already: a caller
+    /// that tries again keeps the `looks_free` it read first.
     #[inline]
     pub fn push_remote(&self, p: *mut u8, me: usize, looks_free: bool) -> Push {
         // Acquire: pairs with the Release that made the slab owned (or the

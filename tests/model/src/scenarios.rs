@@ -120,6 +120,24 @@ fn collect(mut list: *mut u8, into: &mut BTreeSet<usize>) {
     }
 }
 
+/// A heap takes the slab, first on the node list, as
+/// `refill::take_from_node` does.
+fn take_from_node(node: &Node, slab: &Slab) {
+    node.lock.lock();
+    assert_eq!(node.first(), slab as *const Slab as *mut Slab);
+    node.remove(slab);
+    slab.take_listed(OWNER);
+    node.lock.unlock();
+}
+
+/// The objects free in an OWNED slab: on its local and remote lists.
+fn free_in_owned(slab: &Slab) -> BTreeSet<usize> {
+    let mut free = BTreeSet::new();
+    collect(slab.local_free.get(), &mut free);
+    collect(slab.take_remote(), &mut free);
+    free
+}
+
 /// The owner's free of one of its objects onto the local list (the fast
 /// path's non-active case).
 fn free_local(slab: &Slab, p: usize) {
@@ -155,10 +173,13 @@ fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
 /// `release::free_unowned` does it: a push if the slab is OWNED; under the
 /// node lock if it is LISTED (looking again once the lock is held); the
 /// claim of a FULL slab, which the freer adopts (the model's slabs have no
-/// last owner here). Returns whether the freer adopted the slab.
-fn free_unowned(node: &Node, slab: &Slab, p: usize) -> bool {
+/// last owner here). `looks_free` is the double-free test as
+/// `release::free_slow` read it, once, before the first push (whose losing
+/// CAS may already have written a link into `p`). Returns whether the freer
+/// adopted the slab.
+fn free_unowned(node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
     loop {
-        match slab.push_remote(p as *mut u8, OTHER, false) {
+        match slab.push_remote(p as *mut u8, OTHER, looks_free) {
             Push::Pushed => return false,
             Push::NotOwned(State::Listed) => {
                 node.lock.lock();
@@ -166,7 +187,7 @@ fn free_unowned(node: &Node, slab: &Slab, p: usize) -> bool {
                     node.lock.unlock();
                     continue;
                 }
-                assert!(!node.free_listed(slab, p as *mut u8, false));
+                assert!(!node.free_listed(slab, p as *mut u8, looks_free));
                 node.lock.unlock();
                 return false;
             }
@@ -303,19 +324,10 @@ fn a_take_from_the_node_races_a_free_into_the_listed_slab() {
         node.lock.unlock();
         let n = node.clone();
         // The freer, as `free_unowned`: push if owned, else under the lock.
-        let freer = thread::spawn(move || assert!(!free_unowned(&n, slab, a)));
-        // The taker, as `take_from_node`.
-        node.lock.lock();
-        let first = node.first();
-        assert_eq!(first, slab as *const Slab as *mut Slab);
-        node.remove(slab);
-        slab.take_listed(OWNER);
-        node.lock.unlock();
+        let freer = thread::spawn(move || assert!(!free_unowned(&n, slab, a, false)));
+        take_from_node(&node, slab);
         freer.join().unwrap();
-        let mut free = BTreeSet::new();
-        collect(slab.local_free.get(), &mut free);
-        collect(slab.take_remote(), &mut free);
-        assert_eq!(free, BTreeSet::from([a, c, d]));
+        assert_eq!(free_in_owned(slab), BTreeSet::from([a, c, d]));
         assert_eq!(node.nr_partial.load(Ordering::Relaxed), 0);
         assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
         assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
@@ -340,7 +352,7 @@ fn a_cold_allocation_from_a_shared_slab_races_a_free_into_it() {
         // The freer of `a`, as `free_unowned`: under the node lock while
         // LISTED; if the slab went FULL meanwhile, its first free claims it
         // and (no last owner) adopts it.
-        let freer = thread::spawn(move || free_unowned(&n, slab, a));
+        let freer = thread::spawn(move || free_unowned(&n, slab, a, false));
         // Another thread's cold allocation: the last free object.
         node.lock.lock();
         let (d, fresh) = node.take_object();
@@ -378,5 +390,45 @@ fn a_cold_allocation_from_a_shared_slab_races_a_free_into_it() {
         assert_eq!(node.allocs_listed.load(Ordering::Relaxed), 4);
         slab.check();
         node.lock.unlock();
+    });
+}
+
+#[test]
+fn a_remote_free_that_loses_its_push_to_a_listing_is_no_double_free() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let (a, c, d) = (objects[0], objects[2], objects[3]);
+        // As an allocation leaves it: no stale link in the first word.
+        // SAFETY: `a` is an object of the slab, in use.
+        unsafe { (a as *mut usize).write(0) };
+        free_local(slab, c);
+        free_local(slab, d);
+        let node = Arc::new(Node::new());
+        let n = node.clone();
+        // The freer of `a`. Its push may write its link into `a`, then lose
+        // the CAS to the listing below, and find the slab OWNED again when
+        // it retries: read then, `a`'s first word would look free, and the
+        // push would stop the process with "double free".
+        let freer = thread::spawn(move || {
+            // SAFETY: `a` is an object of the slab.
+            let looks_free = unsafe { crate::slab::looks_free(a as *mut u8) };
+            assert!(!free_unowned(&n, slab, a, looks_free));
+        });
+        // The owner gives the slab up, as `release::release` does (its
+        // remote list merged into the local one), and a heap takes it again,
+        // as `refill::take_from_node` does.
+        node.lock.lock();
+        let remote = slab.begin_listing();
+        let (list, remote_n) = crate::freelist::list_join(remote, slab.local_free.get(), 4);
+        slab.local_free.set(list);
+        slab.inuse.set(slab.inuse.get() - remote_n);
+        node.add(slab, !remote.is_null());
+        node.lock.unlock();
+        take_from_node(&node, slab);
+        freer.join().unwrap();
+        assert_eq!(free_in_owned(slab), BTreeSet::from([a, c, d]));
+        assert_eq!(slab.state(), State::Owned);
+        assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
     });
 }
