@@ -113,19 +113,16 @@ pub unsafe fn free(p: *mut u8) {
     }
     // SAFETY: `heap` is this thread's live heap; `heap_offset` is a class's.
     let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
-    // (The counter goes last: a store through `c` before the pushes would
-    // make the compiler load the free-list secret a second time.)
+    c.ev.inc(Ev::FreeFast);
     if ptr::eq(c.active.get(), slab) {
         // SAFETY: `p` is a live object of our active slab; it becomes free.
         unsafe { set_next_with(secret, p, c.free.get()) };
         c.free.set(p);
-        c.ev.inc(Ev::FreeFast);
         return;
     }
     // SAFETY: as above, for a slab we own.
     unsafe { set_next_with(secret, p, slab.local_free.get()) };
     slab.local_free.set(p);
-    c.ev.inc(Ev::FreeFast);
     let inuse = slab.inuse.get() - 1;
     slab.inuse.set(inuse);
     if inuse == 0 {

@@ -96,10 +96,11 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
             if !heap.is_warm(class) {
                 // A cold class owns no slab (`shared`): the slab goes back
                 // to the node list, where the shared slabs are, and the free
-                // is counted there, so that its class heap stays untouched
-                // (a page the fast path only read maps the zero page, and
-                // a first write to it then costs a copy and a TLB shootdown
-                // on every CPU the process runs on).
+                // is counted there, so that its class heap is not written
+                // (only a slab that went back to its segment is counted
+                // there). A page the fast path only read maps the zero page,
+                // and a first write to it then costs a copy and a TLB
+                // shootdown on every CPU the process runs on.
                 let node = &NODES[class];
                 let _g = node.lock.guard();
                 node.count_free_listed();
