@@ -18,6 +18,8 @@ use crate::sync::{AtomicPtr, Ordering};
 /// Owner ids of the model's heaps (any distinct even numbers).
 const OWNER: usize = 0x1000;
 const OTHER: usize = 0x2000;
+/// A heap for which the slab's class is cold (`shared`).
+const COLD: usize = 0x3000;
 
 /// A zeroed, segment-aligned region standing in for a segment: the
 /// descriptors at its start, slab 1's objects at 64 KiB. One per test (the
@@ -176,10 +178,22 @@ fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
 /// last owner here). `looks_free` is the double-free test as
 /// `release::free_slow` read it, once, before the first push (whose losing
 /// CAS may already have written a link into `p`). Returns whether the freer
-/// adopted the slab.
+/// claimed the slab.
 fn free_unowned(node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
+    free_by(OTHER, node, slab, p, looks_free)
+}
+
+/// A free by a heap for which the class is cold, as `release::free_unowned`
+/// does it: a FULL slab it claims goes to the node list, not to its heap.
+/// Returns whether it claimed the slab.
+fn free_cold(node: &Node, slab: &Slab, p: usize) -> bool {
+    free_by(COLD, node, slab, p, false)
+}
+
+/// `free_unowned` and `free_cold` by the heap `me`.
+fn free_by(me: usize, node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
     loop {
-        match slab.push_remote(p as *mut u8, OTHER, looks_free) {
+        match slab.push_remote(p as *mut u8, me, looks_free) {
             Push::Pushed => return false,
             Push::NotOwned(State::Listed) => {
                 node.lock.lock();
@@ -196,7 +210,13 @@ fn free_unowned(node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
                     continue;
                 }
                 assert_eq!(slab.last_owner.get(), 0);
-                slab.adopt(OTHER);
+                if me == COLD {
+                    node.lock.lock();
+                    list_on_node(node, slab);
+                    node.lock.unlock();
+                } else {
+                    slab.adopt(me);
+                }
                 return true;
             }
             other => panic!("unexpected {other:?}"),
@@ -415,20 +435,65 @@ fn a_remote_free_that_loses_its_push_to_a_listing_is_no_double_free() {
             let looks_free = unsafe { crate::slab::looks_free(a as *mut u8) };
             assert!(!free_unowned(&n, slab, a, looks_free));
         });
-        // The owner gives the slab up, as `release::release` does (its
-        // remote list merged into the local one), and a heap takes it again,
-        // as `refill::take_from_node` does.
+        // The owner gives the slab up, as `release::release` does, and a
+        // heap takes it again, as `refill::take_from_node` does.
         node.lock.lock();
-        let remote = slab.begin_listing();
-        let (list, remote_n) = crate::freelist::list_join(remote, slab.local_free.get(), 4);
-        slab.local_free.set(list);
-        slab.inuse.set(slab.inuse.get() - remote_n);
-        node.add(slab, !remote.is_null());
+        list_on_node(&node, slab);
         node.lock.unlock();
         take_from_node(&node, slab);
         freer.join().unwrap();
         assert_eq!(free_in_owned(slab), BTreeSet::from([a, c, d]));
         assert_eq!(slab.state(), State::Owned);
         assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
+    });
+}
+
+/// The owner gives the slab up to the node list, as `release::release`
+/// does: its remote list merged into the local one, then listed. Node lock
+/// held. Returns how many objects the remote list held.
+fn list_on_node(node: &Node, slab: &Slab) -> u32 {
+    let remote = slab.begin_listing();
+    let (list, remote_n) = crate::freelist::list_join(remote, slab.local_free.get(), 4);
+    slab.local_free.set(list);
+    slab.inuse.set(slab.inuse.get() - remote_n);
+    node.add(slab, !remote.is_null());
+    remote_n
+}
+
+#[test]
+fn a_cold_free_lists_the_full_slab_it_claims_while_another_frees_into_it() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let (a, b) = (objects[0], objects[1]);
+        // FULL with no heap to give it back to, as a shared slab filled on
+        // the node is (`make_full_from_listed`).
+        assert!(slab.try_make_full(OWNER));
+        slab.last_owner.set(0);
+        let node = Arc::new(Node::new());
+        let n = node.clone();
+        let cold = thread::spawn(move || free_cold(&n, slab, a));
+        let adopted = free_unowned(&node, slab, b, false);
+        let listed = cold.join().unwrap();
+        assert!(listed != adopted, "exactly one freer claims the slab");
+        let mut free = BTreeSet::new();
+        if listed {
+            // `b` went onto the remote list before the listing merged it,
+            // or onto the local list under the node lock after.
+            assert_eq!(slab.state(), State::Listed);
+            assert_eq!(slab.owner.load(Ordering::Relaxed), 0);
+            assert_eq!(node.nr_partial.load(Ordering::Relaxed), 1);
+            collect(slab.local_free.get(), &mut free);
+            assert_eq!(slab.inuse.get(), 2);
+        } else {
+            // The other freer adopted it; the cold free was a remote push
+            // (counted in `inuse` until the owner takes the remote list).
+            assert_eq!(slab.state(), State::Owned);
+            assert_eq!(slab.owner.load(Ordering::Relaxed), OTHER);
+            assert_eq!(slab.inuse.get(), 3);
+            free = free_in_owned(slab);
+        }
+        assert_eq!(free, BTreeSet::from([a, b]));
+        slab.check();
     });
 }
