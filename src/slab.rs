@@ -25,12 +25,12 @@
 //! Transitions: FREE -> OWNED (`init`); FREE -> LISTED (`init_listed`, a
 //! slab shared by cold classes, node lock); OWNED -> FULL (`try_make_full`,
 //! lock-free, Release); FULL -> OWNED (`try_claim_full`, Acquire, then
-//! `give_back`, `adopt` or `begin_listing`); OWNED -> LISTED (`begin_listing`, node lock);
-//! LISTED -> OWNED (`take_listed`, node lock); LISTED -> FULL
-//! (`make_full_from_listed`, node lock, Release); LISTED -> FREE
-//! (`make_free`, node lock). A LISTED slab also hands out single objects
-//! under the node lock (`take_listed_object`) and takes frees
-//! (`Node::free_listed`). The counts: `inuse` plus the objects on
+//! `give_back`, `adopt` or `begin_listing`); OWNED -> LISTED
+//! (`begin_listing`, node lock); LISTED -> OWNED (`take_listed`, node
+//! lock); LISTED -> FULL (`make_full_from_listed`, node lock, Release);
+//! LISTED -> FREE (`make_free`, node lock). A LISTED slab also hands out
+//! single objects under the node lock (`take_listed_object`) and takes
+//! frees (`Node::free_listed`). The counts: `inuse` plus the objects on
 //! `local_free` plus the never-carved ones make `objects`, whenever the
 //! lists are held by one party (`check`).
 
