@@ -6,7 +6,9 @@ use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
-use crate::freelist::{corrupted_link, get_next_with, link_is_sane, set_next_with, CHECKS};
+use crate::freelist::{
+    corrupted_link, get_next_with, link_is_sane, may_be_free, set_next_with, CHECKS,
+};
 use crate::heap::ClassHeap;
 use crate::refill::alloc_slow;
 use crate::release::{free_slow, free_suspicious, slab_emptied};
@@ -108,7 +110,10 @@ pub unsafe fn free(p: *mut u8) {
     let secret = unsafe { (*heap).secret.get() };
     invariant!(secret == crate::freelist::secret());
     // SAFETY: `p` is an object slot of a slab we own.
-    if CHECKS && link_is_sane(p, unsafe { get_next_with(secret, p) }) {
+    if CHECKS
+        && unsafe { may_be_free(secret, p) }
+        && link_is_sane(p, unsafe { get_next_with(secret, p) })
+    {
         return free_suspicious(heap, slab, p);
     }
     // SAFETY: `heap` is this thread's live heap; `heap_offset` is a class's.
