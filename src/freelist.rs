@@ -16,7 +16,8 @@ pub const CHECKS: bool = !cfg!(slubmalloc_bench_no_checks);
 
 /// The free-list secret: random per process, written once by `init_secret`
 /// before the first list exists and only read afterwards. A plain cell, not
-/// an atomic, so that a fast path that decodes and encodes loads it once.
+/// an atomic, so that a path that decodes and encodes loads it once (the
+/// fast paths read their heap's copy, `Heap::secret`).
 struct Secret(UnsafeCell<usize>);
 
 // SAFETY: the one write happens in the allocator's process init before any
