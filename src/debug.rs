@@ -11,7 +11,7 @@
 //! `[n user bytes][red zone, at least 1 byte of RED][n as a u64]`. A free
 //! block is `[link][POISON ...]`. Large blocks get no red zone.
 
-use crate::freelist::{get_next, link_is_sane};
+use crate::freelist::get_next;
 use crate::os;
 use crate::segment::slab_of;
 use crate::size_class::class_for;
@@ -55,7 +55,7 @@ pub fn arm(p: *mut u8, size: usize) {
 /// first word is already a valid link is left to the double-free check.
 pub fn on_free(slab: &Slab, p: *mut u8) {
     // SAFETY: `p` is a slot of a slab in use (checked by the caller).
-    if link_is_sane(p, unsafe { get_next(p) }) {
+    if unsafe { crate::slab::looks_free(p) } {
         return;
     }
     let slot = slab.size.get() as usize;
