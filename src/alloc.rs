@@ -132,8 +132,21 @@ pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
         unsafe { fastpath::free(p) }
     } else {
         // SAFETY: per the contract.
-        unsafe { free(p) }
+        unsafe { free_by_map(p) }
     }
+}
+
+/// `free` out of line, for `free_with_layout`'s big layouts, which ask the
+/// segment map: inlined, its copy of the slab fast path would be merged with
+/// the small layouts' one at the cost of a jump on theirs.
+///
+/// # Safety
+/// As for `free`.
+#[cold]
+#[inline(never)]
+unsafe fn free_by_map(p: *mut u8) {
+    // SAFETY: per the contract.
+    unsafe { free(p) }
 }
 
 #[cold]

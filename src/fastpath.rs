@@ -37,13 +37,13 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     let c = unsafe { (*heap).class_at(scaled) };
     let obj = c.free.get();
     if obj.is_null() {
-        return alloc_slow(scaled / core::mem::size_of::<ClassHeap>(), size, align);
+        return alloc_slow(size, align, scaled / core::mem::size_of::<ClassHeap>());
     }
     // --- heap profile: the byte countdown (a `sub` to memory and a `js`);
     // only a thread's own heap gets here (the static ones have no list).
     // SAFETY: as above.
     if unsafe { (*heap).prof_count(size) } {
-        return sampled_or_not(scaled / core::mem::size_of::<ClassHeap>(), size, align);
+        return sampled_or_not(size, align, scaled / core::mem::size_of::<ClassHeap>());
     }
     // ---
     // SAFETY: `obj` is a free object of our active slab; a heap with a list
@@ -69,9 +69,10 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
 
 /// The fast path's countdown ran out: a sampled block, or else the usual
 /// one (the sampler may have allocated meanwhile, so the list is read anew).
+/// Arguments in `alloc_slow`'s order.
 #[cold]
 #[inline(never)]
-fn sampled_or_not(class: usize, size: usize, align: usize) -> *mut u8 {
+fn sampled_or_not(size: usize, align: usize, class: usize) -> *mut u8 {
     let me = sampled_or_not as *const () as usize;
     let p = crate::profile::sample_small(class, size, align, me);
     if p.is_null() {
@@ -98,7 +99,7 @@ pub unsafe fn free(p: *mut u8) {
     let slab = unsafe { &*slab_of(p) };
     // Acquire: pairs with `give_back`'s Release (a plain load on x86-64).
     if slab.owner.load(Ordering::Acquire) != heap as usize {
-        return free_slow(slab, p);
+        return free_slow(p, slab);
     }
     // A slot never carved (never handed out) fails here too: no extra load.
     // SAFETY: `heap` owns `slab` (just compared), and `heap` is ours.
@@ -114,7 +115,7 @@ pub unsafe fn free(p: *mut u8) {
         && unsafe { may_be_free(secret, p) }
         && link_is_sane(p, unsafe { get_next_with(secret, p) })
     {
-        return free_suspicious(heap, slab, p);
+        return free_suspicious(p, heap, slab);
     }
     // SAFETY: `heap` is this thread's live heap; `heap_offset` is a class's.
     let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };

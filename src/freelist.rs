@@ -88,16 +88,18 @@ pub unsafe fn get_next_with(secret: usize, obj: *mut u8) -> *mut u8 {
 }
 
 /// The double-free test's first stage, on the free fast path: whether the
-/// upper half of `obj`'s first word is that of a valid link (null, or
-/// within the slab), which every valid link passes. It reads only that
-/// half, bytes 4..8 on a little-endian machine, which a program's last store
-/// into the block (a byte, a 32-bit field at its start) usually leaves
-/// alone: a load of the whole word right after such a narrower store waits
-/// until the store reaches the cache (a loop of malloc(32), a byte stored,
-/// free: 6.55 ns per pair with a whole-word load, 5.35 ns with this). A
-/// block that passes takes the full test, `link_is_sane`; of random data,
-/// one word in 2^31 passes this stage. Cost: a shift, an xor with the
-/// loaded half, two compares.
+/// upper half of `obj`'s first word may be that of a valid link. It reads
+/// only that half, bytes 4..8 on a little-endian machine, which a program's
+/// last store into the block (a byte, a 32-bit field at its start) usually
+/// leaves alone: a load of the whole word right after such a narrower store
+/// waits until the store reaches the cache (a loop of malloc(32), a byte
+/// stored, free: 6.55 ns per pair with a whole-word load, 5.35 ns with
+/// this). A valid link decodes to null or to an address in the slab, so its
+/// upper half decodes to 0 or to `obj`'s, both below `LINK_UPPER_LIMIT`
+/// (segments lie below 2^47): one compare tests for both. A block that
+/// passes takes the full test, `link_is_sane`; of random data, one word in
+/// 2^17 passes this stage. Cost: a copy, a shift, an xor with the loaded
+/// half, a compare.
 ///
 /// # Safety
 /// `obj` is an object slot of at least 8 bytes that the caller may read.
@@ -107,8 +109,11 @@ pub unsafe fn may_be_free(secret: usize, obj: *mut u8) -> bool {
     // SAFETY: per the contract, bytes 0..8 of `obj` are readable.
     let stored = unsafe { (obj.add(upper) as *const u32).read() };
     let link = stored ^ (encode_with(secret, core::ptr::null_mut(), obj) >> 32) as u32;
-    link == 0 || link == (obj as usize >> 32) as u32
+    link < LINK_UPPER_LIMIT
 }
+
+/// Above the upper half of any address in a segment (`may_be_free`).
+const LINK_UPPER_LIMIT: u32 = 1 << (crate::segment::ADDRESS_BITS - 32);
 
 /// Whether `next`, read from free object `obj`, may be followed: null or in
 /// the same slab. Cost: xor, cmp (plus a null test when leaving the slab).
@@ -219,6 +224,14 @@ mod tests {
             words[0] = live;
             // SAFETY: as above.
             assert!(!unsafe { may_be_free(secret, obj) }, "live word {live:#x}");
+        }
+        // Whatever the slab's address, its links pass: the upper halves of
+        // every address a segment may have.
+        for upper in [0, 1, LINK_UPPER_LIMIT - 1] {
+            let next = ((upper as usize) << 32 | 0x40) as *mut u8;
+            words[0] = encode_with(secret, next, obj) as u64;
+            // SAFETY: as above.
+            assert!(unsafe { may_be_free(secret, obj) }, "link to {next:p}");
         }
     }
 }

@@ -35,10 +35,12 @@ pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
 }
 
 /// The allocation slow path: the class's free list is empty (or the thread
-/// has no heap yet, or debug mode keeps the lists empty).
+/// has no heap yet, or debug mode keeps the lists empty). The arguments come
+/// in the order of `malloc`'s and `__rust_alloc`'s own, so that the fast
+/// path jumps here with `size` and `align` still in their registers.
 #[cold]
 #[inline(never)]
-pub fn alloc_slow(class: usize, size: usize, align: usize) -> *mut u8 {
+pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     // No allocator lock is held here (see `background`).
     crate::background::start_if_wanted();
     // --- heap profile: allocations that miss the fast path count down too.

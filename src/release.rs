@@ -21,7 +21,7 @@ use crate::tls::current;
 /// save; everything else (options not parsed yet included) goes through
 /// `free_unowned`.
 #[inline(never)]
-pub fn free_slow(slab: &Slab, p: *mut u8) {
+pub fn free_slow(p: *mut u8, slab: &Slab) {
     // --- heap profile: a sampled block, in a slab of the profile heap.
     if crate::profile::owns(slab) {
         return crate::profile::free_sampled(slab, p);
@@ -184,7 +184,7 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
         invalid_free(p);
     }
     if looks_free {
-        return free_suspicious(heap as *const Heap as *mut Heap, slab, p);
+        return free_suspicious(p, heap as *const Heap as *mut Heap, slab);
     }
     let c = &heap.classes[slab.class.get() as usize];
     if debug::enabled() && core::ptr::eq(c.active.get(), slab) {
@@ -203,7 +203,7 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
 /// the program stored something that looks like one. Walk our lists to know.
 #[cold]
 #[inline(never)]
-pub fn free_suspicious(heap: *mut Heap, slab: &Slab, p: *mut u8) {
+pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
     // SAFETY: `heap` is the owner of `slab`, hence a live heap.
     let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
     let bound = slab.objects.get();

@@ -24,7 +24,10 @@ const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
 const EMPTY_SEGMENTS_KEPT: usize = 1;
 
-const ADDRESS_BITS: usize = 47;
+/// Every segment lies below `1 << ADDRESS_BITS` (`set_mapped` stops the
+/// process otherwise), which the double-free test counts on
+/// (`freelist::may_be_free`).
+pub const ADDRESS_BITS: usize = 47;
 const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
 /// One byte per possible segment (nonzero: ours). 32 MiB of zero pages, only
 /// the few touched ever become resident; a byte rather than a bit makes the
