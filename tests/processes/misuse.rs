@@ -8,7 +8,9 @@
 //! block with another free between or after its slab emptied, double free
 //! of a large block, interior,
 //! stack and made-up pointers, and a slot of a slab that was never handed
-//! out), also when the two frees come from different threads. `SLUBMALLOC_DEBUG=1` must also stop a one-byte overflow (red zone
+//! out), also when the two frees come from different threads, and an
+//! allocation that pops a block whose free-list link a write after free
+//! overwrote. `SLUBMALLOC_DEBUG=1` must also stop a one-byte overflow (red zone
 //! checked on free) and a write after free (poison checked on reuse), and
 //! leave a correct multithreaded program's output unchanged.
 
@@ -206,6 +208,11 @@ fn usable_size_and_realloc_of_a_slot_never_handed_out_are_stopped() {
 
 /// The control: a correct program is not stopped, prints what it prints
 /// without the preload, and the allocator says nothing.
+#[test]
+fn an_allocation_that_pops_a_block_whose_link_was_overwritten_is_stopped() {
+    expect_stopped("misuse_overwritten_link", &["corrupted free list"]);
+}
+
 #[test]
 fn correct_multithreaded_program_is_not_stopped() {
     let exe = program("misuse_none_threads");
