@@ -113,7 +113,7 @@ pub unsafe fn may_be_free(secret: usize, obj: *mut u8) -> bool {
 }
 
 /// Above the upper half of any address in a segment (`may_be_free`).
-const LINK_UPPER_LIMIT: u32 = 1 << (crate::segment::ADDRESS_BITS - 32);
+const LINK_UPPER_LIMIT: u32 = 1 << (crate::size_class::ADDRESS_BITS - 32);
 
 /// Whether `next`, read from free object `obj`, may be followed: null or in
 /// the same slab. Cost: xor, cmp (plus a null test when leaving the slab).

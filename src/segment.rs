@@ -17,17 +17,14 @@ use crate::slab::Slab;
 use crate::sync::{invariant, store_order_fence, AtomicU8, Locked, Ordering};
 
 pub use crate::size_class::{
-    segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
+    segment_of, ADDRESS_BITS, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES,
+    SLAB_SHIFT,
 };
 /// Slab 0 holds the segment header; the rest serve objects.
 const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
 const EMPTY_SEGMENTS_KEPT: usize = 1;
 
-/// Every segment lies below `1 << ADDRESS_BITS` (`set_mapped` stops the
-/// process otherwise), which the double-free test counts on
-/// (`freelist::may_be_free`).
-pub const ADDRESS_BITS: usize = 47;
 const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
 /// One byte per possible segment (nonzero: ours). 32 MiB of zero pages, only
 /// the few touched ever become resident; a byte rather than a bit makes the
