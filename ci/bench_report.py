@@ -36,7 +36,7 @@ DESCRIPTIONS = {
     "threads": "short-lived threads created and joined one after another, 100 small blocks each",
     "large": "blocks of 128 KiB..4 MiB replaced at random, plus realloc growth 64 KiB -> 4 MiB",
     "bursty": "512 MiB (full size) of small blocks allocated and freed, then 2 s of light use",
-    "python": "python3 (PYTHONMALLOC=malloc): dicts, JSON round trip, sorting",
+    "python": "python3 (PYTHONMALLOC=malloc, PYTHONHASHSEED=0): dicts, JSON round trip, sorting",
     "sqlite": "sqlite3 :memory:: insert, index, update, delete, sort",
 }
 
