@@ -19,7 +19,8 @@ use crate::tls::current;
 /// that another heap owns, is one `push_remote`, done here without the
 /// slow-heap machinery and with no call that returns, so no registers to
 /// save; everything else (options not parsed yet included) goes through
-/// `free_unowned`.
+/// `free_unowned`. The block comes first, where `free` received it, so that
+/// the fast path jumps here without moving it.
 #[inline(never)]
 pub fn free_slow(p: *mut u8, slab: &Slab) {
     // --- heap profile: a sampled block, in a slab of the profile heap.
@@ -201,6 +202,7 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
 
 /// `p`'s first word decodes to a valid link: either `p` is already free, or
 /// the program stored something that looks like one. Walk our lists to know.
+/// The block first, as for `free_slow`.
 #[cold]
 #[inline(never)]
 pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
