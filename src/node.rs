@@ -268,8 +268,12 @@ impl Node {
 /// (`Slab::begin_listing`) before its lists are merged and it is linked. A
 /// slab caught in between is listed with `inuse` counted again from its
 /// local list, which never calls an object in use free: at worst the child
-/// leaks the objects that the lost thread was moving between lists. The new
-/// list is in address order; counters are recomputed, placement counts kept.
+/// leaks the objects that the lost thread was moving between lists. A slab
+/// found with no free object (the lost thread took its last one in
+/// `take_object`, or was merging its lists) is made FULL instead, as
+/// `take_object` would have: a listed slab must have one to give, and the
+/// first free into it claims it. The new list is in address order;
+/// counters are recomputed, placement counts kept.
 #[cfg(not(loom))]
 pub fn rebuild_in_child() {
     let mut held = [false; NUM_CLASSES];
@@ -293,7 +297,11 @@ pub fn rebuild_in_child() {
             // slab's invariant hold (objects it was moving stay in use).
             let free = list_len(slab.local_free.get(), slab.objects.get()) + slab.uncarved();
             slab.inuse.set(slab.objects.get() - free);
-            NODES[class].link(slab, true);
+            if free == 0 {
+                slab.make_full_from_listed();
+            } else {
+                NODES[class].link(slab, true);
+            }
         }
     });
     for (node, _) in NODES.iter().zip(held).filter(|(_, h)| *h) {
@@ -305,4 +313,58 @@ pub fn rebuild_in_child() {
 pub fn discard(slab: &Slab) {
     slab.make_free();
     segment::free_slab(slab as *const Slab as *mut Slab);
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::size_class::objects_per_slab;
+
+    /// A thread lost at a fork while it held a node's lock, after it took a
+    /// listed slab's last free object and before `take_object` made the
+    /// slab FULL: the child's rebuilt list must not hold the slab (a take
+    /// from it would find nothing: a broken invariant, or a null block), and
+    /// the slab must be FULL, for its first free to claim. Run in a forked
+    /// child, which is where `rebuild_in_child` runs.
+    #[test]
+    fn a_forked_child_lists_no_slab_whose_last_object_a_lost_thread_took() {
+        // SAFETY: the child runs the allocator's code and this test's, and
+        // ends with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(|| {
+                let class = NUM_CLASSES - 1;
+                assert_eq!(objects_per_slab(class), 1);
+                let node = &NODES[class];
+                // SAFETY: a fresh slab, ours alone.
+                let slab = unsafe { &*segment::alloc_slab() };
+                node.lock.lock();
+                node.add_fresh(slab, class);
+                let (p, _) = slab.take_listed_object();
+                assert!(!p.is_null());
+                // The lock stays held, as by the thread lost at the fork.
+                rebuild_in_child();
+                assert!(slab.state() == State::Full, "{:?}", slab.state());
+                assert!(!node.lock.is_locked());
+                let mut s = node.head.get();
+                while !s.is_null() {
+                    assert!(!ptr::eq(s, slab), "the slab is still listed");
+                    // SAFETY: list members are live descriptors.
+                    s = unsafe { (*s).next.get() };
+                }
+                assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
+            })
+            .is_ok();
+            // SAFETY: ends the child without the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child failed: wait status {status:#x}"
+        );
+    }
 }
