@@ -9,7 +9,9 @@
 #include <string.h>
 
 int main(void) {
-    /* Warm up the class, so that the allocations below take the fast path. */
+    /* Warm up the class, so that the allocations below take the fast path
+     * (a refill's pop checks the link too, so without this the test would
+     * pass with the fast path's check gone). */
     static void *warm[64];
     for (int i = 0; i < 64; i++)
         warm[i] = malloc(24);
