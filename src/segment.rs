@@ -13,12 +13,12 @@ use core::ptr;
 
 use crate::os;
 use crate::purge;
+use crate::size_class::ADDRESS_BITS;
 use crate::slab::Slab;
 use crate::sync::{invariant, store_order_fence, AtomicU8, Locked, Ordering};
 
 pub use crate::size_class::{
-    segment_of, ADDRESS_BITS, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES,
-    SLAB_SHIFT,
+    segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
 };
 /// Slab 0 holds the segment header; the rest serve objects.
 const ALL_SLABS: u64 = !1;
