@@ -7,7 +7,7 @@ use core::ptr;
 use crate::counters::Ev;
 use crate::debug;
 use crate::freelist::{
-    corrupted_link, get_next_with, link_is_sane, may_be_free, set_next_with, CHECKS,
+    corrupted_link, get_next_with, link_is_sane, may_be_free, prefetch, set_next_with, CHECKS,
 };
 use crate::heap::ClassHeap;
 use crate::refill::alloc_slow;
@@ -20,7 +20,8 @@ use crate::tls::current;
 
 /// Allocates one object of `class` for a request of `size` bytes at `align`
 /// (used only by the debug slow path). Fast path: a TLS load, a pop from
-/// the detached free list, a link check, two stores and a counter increment.
+/// the detached free list, a link check, a prefetch of the next block, two
+/// stores and a counter increment.
 #[inline(always)]
 pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
     alloc_scaled(class * core::mem::size_of::<ClassHeap>(), size, align)
@@ -58,6 +59,11 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
         }
     }
     c.free.set(next);
+    // The class's next allocation reads `next`'s link: its line starts
+    // coming now. Blocks that come back through a remote list, or were
+    // freed long ago, are cold: `perf` put most of malloc's samples in
+    // stress on that read. One instruction; msgpass 0.92x the time.
+    prefetch(next);
     if CHECKS {
         // Clear the link: a stale one would look like a free block to `free`.
         // SAFETY: `obj` is ours and at least 8 bytes.

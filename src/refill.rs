@@ -101,6 +101,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         corrupted_link(obj);
     }
     c.free.set(next);
+    freelist::prefetch(next);
     // SAFETY: as in `alloc`.
     unsafe { *(obj as *mut usize) = 0 };
     c.ev.inc(Ev::AllocSlow);
