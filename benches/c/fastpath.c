@@ -9,10 +9,11 @@
  *   fp_pairs       malloc then free at once;
  *   fp_batch_lifo  BATCH mallocs, then the BATCH frees newest first;
  *   fp_batch_fifo  BATCH mallocs, then the BATCH frees oldest first.
- * The fp_base_* functions repeat the loops with a stand-in allocator that
- * does nothing, so that callgrind's inclusive instruction count of fp_X
- * minus fp_base_X, over ITERATIONS, is what one malloc + free costs
- * (ci/bench.sh does this with CALLGRIND=1).
+ * Prints the time per pair of each phase. The fp_base_* functions repeat
+ * the loops with a stand-in allocator that does nothing, so that
+ * callgrind's inclusive instruction count of fp_X minus fp_base_X, over
+ * ITERATIONS, is what one malloc + free costs (ci/bench.sh does this with
+ * CALLGRIND=1).
  */
 #include "bench.h"
 #include <stdint.h>
@@ -122,10 +123,16 @@ int main(int argc, char **argv) {
     }
     for (long k = 0; k < batch; k++)
         free(slots[k]);
+    double t[5];
+    t[0] = now_s();
     sum += fp_fixed(iters, 32);
+    t[1] = now_s();
     sum += fp_pairs(iters);
+    t[2] = now_s();
     sum += fp_batch_lifo(iters, batch);
+    t[3] = now_s();
     sum += fp_batch_fifo(iters, batch);
+    t[4] = now_s();
     if (base) {
         sum += fp_base_fixed(iters, 32);
         sum += fp_base_pairs(iters);
@@ -134,5 +141,8 @@ int main(int argc, char **argv) {
     }
     free(slots);
     printf("fastpath iterations=%ld batch=%ld max=%zu sum=%lu\n", iters, batch, max, sum);
+    printf("ns per pair: fixed %.2f pairs %.2f batch_lifo %.2f batch_fifo %.2f\n",
+           (t[1] - t[0]) * 1e9 / (double)iters, (t[2] - t[1]) * 1e9 / (double)iters,
+           (t[3] - t[2]) * 1e9 / (double)iters, (t[4] - t[3]) * 1e9 / (double)iters);
     return 0;
 }
