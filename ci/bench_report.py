@@ -38,8 +38,8 @@ DESCRIPTIONS = {
     "bursty": "512 MiB (full size) of small blocks allocated and freed, then 2 s of light use",
     "python": "python3 (PYTHONMALLOC=malloc, PYTHONHASHSEED=0): dicts, JSON round trip, sorting",
     "sqlite": "sqlite3 :memory:: insert, index, update, delete, sort",
-    "churn": "server churn over a ring of 4 threads: tables of mixed-size blocks (16 B..32 KiB), every "
-    "fourth block sent to the next thread, which frees it",
+    "churn": "server churn over a ring of 4 threads: tables of mixed-size blocks (16 B..32 KiB) replaced "
+    "at random; every fourth operation also sends a new block to the next thread, which frees it",
     "stress": "4 threads swap random blocks (8 B..64 KiB) into one shared table and free what was there, "
     "whoever allocated it",
     "live_threads": "threads alive at once, each holding blocks of 8 sizes (16 B..9 KB): memory per thread",
