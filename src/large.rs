@@ -489,10 +489,9 @@ fn map_fresh(len: usize, align: usize) -> Option<usize> {
 /// new part faults in. None if mremap fails (the old mapping is unmapped).
 /// `zero`: the old part is cleared; the new part is fresh zero pages.
 fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize> {
-    let q = os::remap(base as *mut u8, old, len) as usize;
+    let mut q = os::remap(base as *mut u8, old, len) as usize;
     if q == 0 {
-        unmap(base, old);
-        return None;
+        q = grow_in_parts(base, old, len)?;
     }
     crate::counters::global()
         .large_mapped
@@ -500,6 +499,37 @@ fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize>
     if zero {
         // SAFETY: the first `old` bytes of the new mapping are ours.
         unsafe { ptr::write_bytes(q as *mut u8, 0, old) };
+    }
+    Some(q)
+}
+
+/// `grow_cached` for a mapping one mremap cannot move: cached pieces that
+/// merged across kernel mappings (one moved by an earlier mremap keeps its
+/// own). Its first kernel mapping grows to `len` and moves; each next one
+/// moves to its place after it. None if the first fails (the old mapping
+/// unmapped, as `grow_cached`); a later part that fails is unmapped, and the
+/// new mapping keeps fresh pages there. large_replace: every such failure
+/// unmapped a resident piece of 10-25 MiB and faulted a fresh one in.
+fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
+    let first = os::first_mapping_len(base as *mut u8, old);
+    let q = os::remap(base as *mut u8, first, len) as usize;
+    if q == 0 {
+        unmap(base, old);
+        return None;
+    }
+    let mut done = first;
+    while done < old {
+        let (from, to, rest) = (base + done, q + done, old - done);
+        if os::remap_to(from as *mut u8, rest, to as *mut u8) {
+            break;
+        }
+        let part = os::first_mapping_len(from as *mut u8, rest);
+        if !os::remap_to(from as *mut u8, part, to as *mut u8) {
+            // Counted as moved: `grow_cached` counts the growth only.
+            os::unmap(from as *mut u8, rest);
+            break;
+        }
+        done += part;
     }
     Some(q)
 }
@@ -678,4 +708,44 @@ pub fn repair_in_child() {
 /// Number of live large blocks by walking the table (verification only).
 pub fn walk_count() -> u64 {
     LARGE.with(|t| (0..t.cap).filter(|&i| t.slot(i).ptr > TOMBSTONE).count() as u64)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Two kernel mappings side by side, each moved there by mremap after
+    /// its pages were written (so the kernel cannot merge them), as cached
+    /// pieces that merged: `first_mapping_len` finds where the first ends,
+    /// and `grow_in_parts` moves both into the grown mapping with their
+    /// pages, the rest fresh zeros.
+    #[test]
+    fn a_piece_across_two_kernel_mappings_grows_with_its_pages() {
+        let (a_len, b_len) = (3 * PAGE_BYTES, 5 * PAGE_BYTES);
+        let old = a_len + b_len;
+        let region = os::map(old) as usize;
+        let a = os::map(a_len) as usize;
+        let b = os::map(b_len) as usize;
+        assert!(region != 0 && a != 0 && b != 0, "mmap failed");
+        // SAFETY: fresh mappings of these lengths, ours.
+        unsafe {
+            ptr::write_bytes(a as *mut u8, 1, a_len);
+            ptr::write_bytes(b as *mut u8, 2, b_len);
+        }
+        assert!(os::remap_to(a as *mut u8, a_len, region as *mut u8));
+        assert!(os::remap_to(
+            b as *mut u8,
+            b_len,
+            (region + a_len) as *mut u8
+        ));
+        assert_eq!(os::first_mapping_len(region as *mut u8, old), a_len);
+        let len = 4 * old;
+        let q = grow_in_parts(region, old, len).expect("the parts moved");
+        // SAFETY: `q..q + len` is the grown mapping, ours.
+        let bytes = unsafe { core::slice::from_raw_parts(q as *const u8, len) };
+        assert!(bytes[..a_len].iter().all(|&x| x == 1), "first part");
+        assert!(bytes[a_len..old].iter().all(|&x| x == 2), "second part");
+        assert!(bytes[old..].iter().all(|&x| x == 0), "new part");
+        os::unmap(q as *mut u8, len);
+    }
 }

@@ -135,6 +135,54 @@ pub fn remap(p: *mut u8, old_bytes: usize, new_bytes: usize) -> *mut u8 {
     q.cast()
 }
 
+/// Moves the mapping `p..p + bytes` to `to` (MREMAP_FIXED: what was mapped
+/// there goes); its pages go along. False if the kernel refuses, e.g. with
+/// EFAULT for a range that spans two kernel mappings; errno is kept.
+pub fn remap_to(p: *mut u8, bytes: usize, to: *mut u8) -> bool {
+    let _keep = ErrnoGuard::save();
+    // SAFETY: the caller owns both ranges; neither holds live data of others.
+    let q = unsafe {
+        libc::mremap(
+            p.cast(),
+            bytes,
+            bytes,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to.cast::<libc::c_void>(),
+        )
+    };
+    q != libc::MAP_FAILED
+}
+
+/// The length of the part of `p..p + bytes` that lies in the kernel mapping
+/// holding `p`, for a range that spans several (the kernel has no call that
+/// says; cached pieces of large blocks merge across mappings). Found by
+/// halving with a probe that changes nothing: growing a prefix in place by
+/// a page, which mremap refuses with EFAULT when the prefix leaves its
+/// mapping and with ENOMEM when it does not (the page after a prefix is
+/// mapped, by the rest of the range, so it can never grow). The caller
+/// owns the range, which leaves its first mapping before `p + bytes`.
+pub fn first_mapping_len(p: *mut u8, bytes: usize) -> usize {
+    let _keep = ErrnoGuard::save();
+    let within = |len: usize| {
+        // SAFETY: a grow in place of a prefix we own, which cannot succeed
+        // (see above): nothing changes.
+        let q = unsafe { libc::mremap(p.cast(), len, len + PAGE_BYTES, 0) };
+        // SAFETY: as in `ErrnoGuard::save`.
+        q == libc::MAP_FAILED && unsafe { *libc::__errno_location() } != libc::EFAULT
+    };
+    // `lo` lies in the first mapping (its first page does); `hi` does not.
+    let (mut lo, mut hi) = (PAGE_BYTES, bytes);
+    while hi - lo > PAGE_BYTES {
+        let mid = lo + (hi - lo) / 2 / PAGE_BYTES * PAGE_BYTES;
+        if within(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// Monotonic clock in nanoseconds, the coarse one (vDSO, no syscall, no
 /// rdtsc; a few milliseconds of resolution is plenty for purge deadlines).
 pub fn now_ns() -> u64 {
