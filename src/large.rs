@@ -485,14 +485,15 @@ fn map_fresh(len: usize, align: usize) -> Option<usize> {
 }
 
 /// Grows the cached mapping `base..base + old` (taken out of the cache, so
-/// ours) to `len` bytes with mremap: its resident pages move along, only the
-/// new part faults in. None if mremap fails (the old mapping is unmapped).
-/// `zero`: the old part is cleared; the new part is fresh zero pages.
+/// ours) to `len` bytes (`resize_mapping`): its resident pages move along,
+/// only the new part faults in. None if that fails (the old mapping is
+/// unmapped). `zero`: the old part is cleared; the new part is fresh zero
+/// pages.
 fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize> {
-    let mut q = os::remap(base as *mut u8, old, len) as usize;
-    if q == 0 {
-        q = grow_in_parts(base, old, len)?;
-    }
+    let Some(q) = resize_mapping(base, old, len) else {
+        unmap(base, old);
+        return None;
+    };
     crate::counters::global()
         .large_mapped
         .fetch_add((len - old) as u64, Ordering::Relaxed);
@@ -503,18 +504,32 @@ fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize>
     Some(q)
 }
 
-/// `grow_cached` for a mapping one mremap cannot move: cached pieces that
-/// merged across kernel mappings (one moved by an earlier mremap keeps its
-/// own). Its first kernel mapping grows to `len` and moves; each next one
-/// moves to its place after it. None if the first fails (the old mapping
-/// unmapped, as `grow_cached`); a later part that fails is unmapped, and the
-/// new mapping keeps fresh pages there. large_replace: every such failure
-/// unmapped a resident piece of 10-25 MiB and faulted a fresh one in.
+/// Resizes the mapping `base..base + old` to `len` bytes, its contents kept,
+/// with mremap; a growing one that mremap cannot move (EFAULT: cached pieces
+/// merged across kernel mappings, one moved by an earlier mremap keeps its
+/// own) with `grow_in_parts`. None if the kernel refuses; the mapping is
+/// then intact.
+fn resize_mapping(base: usize, old: usize, len: usize) -> Option<usize> {
+    let q = os::remap(base as *mut u8, old, len) as usize;
+    if q != 0 {
+        return Some(q);
+    }
+    if len <= old {
+        return None;
+    }
+    grow_in_parts(base, old, len)
+}
+
+/// Grows a mapping made of several kernel mappings, contents kept: its
+/// first kernel mapping grows to `len` (and moves, as the next one follows
+/// it), then each next one moves to its place after it; a part the kernel
+/// will not move is copied (its pages fault in) and unmapped. None if the
+/// first does not grow (the mapping intact). large_replace: such pieces
+/// had been unmapped and a fresh block of 10-25 MiB faulted in instead.
 fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
     let first = os::first_mapping_len(base as *mut u8, old);
     let q = os::remap(base as *mut u8, first, len) as usize;
     if q == 0 {
-        unmap(base, old);
         return None;
     }
     let mut done = first;
@@ -525,7 +540,10 @@ fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
         }
         let part = os::first_mapping_len(from as *mut u8, rest);
         if !os::remap_to(from as *mut u8, part, to as *mut u8) {
-            // Counted as moved: `grow_cached` counts the growth only.
+            // SAFETY: `from..from + rest` is the rest of the old mapping,
+            // `to..to + rest` the same part of the new one, both ours.
+            unsafe { ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, rest) };
+            // Counted as moved: the caller counts the growth only.
             os::unmap(from as *mut u8, rest);
             break;
         }
@@ -631,11 +649,10 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             // On failure the caller allocates, copies and frees, and sets
             // errno only if that fails too.
             let _keep = os::ErrnoGuard::save();
-            os::remap(p as *mut u8, e.len, new_len) as usize
+            resize_mapping(p, e.len, new_len).unwrap_or(0)
         };
         if q == 0 {
-            // Out of memory, or a block made of merged cached pieces that
-            // span two kernel mappings: allocate, copy and free instead.
+            // Out of memory: allocate, copy and free instead.
             t.slot_mut(i).ptr = p;
             return None;
         }
@@ -717,8 +734,8 @@ mod tests {
     /// Two kernel mappings side by side, each moved there by mremap after
     /// its pages were written (so the kernel cannot merge them), as cached
     /// pieces that merged: `first_mapping_len` finds where the first ends,
-    /// and `grow_in_parts` moves both into the grown mapping with their
-    /// pages, the rest fresh zeros.
+    /// and `resize_mapping` (one mremap fails) moves both into the grown
+    /// mapping with their pages, the rest fresh zeros.
     #[test]
     fn a_piece_across_two_kernel_mappings_grows_with_its_pages() {
         let (a_len, b_len) = (3 * PAGE_BYTES, 5 * PAGE_BYTES);
@@ -740,7 +757,7 @@ mod tests {
         ));
         assert_eq!(os::first_mapping_len(region as *mut u8, old), a_len);
         let len = 4 * old;
-        let q = grow_in_parts(region, old, len).expect("the parts moved");
+        let q = resize_mapping(region, old, len).expect("the parts moved");
         // SAFETY: `q..q + len` is the grown mapping, ours.
         let bytes = unsafe { core::slice::from_raw_parts(q as *const u8, len) };
         assert!(bytes[..a_len].iter().all(|&x| x == 1), "first part");
