@@ -223,9 +223,11 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 }
 
 /// Gives back all the memory we can: the calling thread's slabs go to the
-/// node lists, free slabs and cached large blocks to the kernel.
+/// node lists, their empty slabs to their segments, free slabs and cached
+/// large blocks to the kernel.
 pub fn trim() {
     release::flush_current();
+    crate::node::release_empty_slabs();
     segment::purge_now();
     large::purge_cache(u64::MAX);
 }

@@ -94,7 +94,7 @@ extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
             purge::purger_wait(seq, u64::MAX);
         } else if now < at {
             purge::purger_wait(seq, at - now);
-        } else if crate::segment::purge_if_due() {
+        } else if crate::segment::purge_if_due_after(crate::node::release_empty_slabs) {
             purge::count_background_purge();
         }
     }

@@ -80,7 +80,9 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         c.free.set(c.stash.replace(ptr::null_mut()));
     }
     if c.free.get().is_null() {
-        segment::purge_if_due();
+        // No node lock is held here (the orphan heap's lock comes before
+        // them).
+        segment::purge_if_due_after(crate::node::release_empty_slabs);
         // A cold class takes single objects from shared slabs (`shared`).
         if let Some(p) = crate::shared::take_if_cold(heap, class) {
             return p;

@@ -236,10 +236,11 @@ fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
 }
 
 /// A local free emptied `slab`. A slab on the partial list goes to the node
-/// list (which keeps `MIN_PARTIAL` empty slabs and returns the rest to their
-/// segment), so a thread does not sit on memory it freed; the active slab
-/// stays. No list walk: an empty slab's objects are all on `local_free` or
-/// uncarved, and none can be on its remote list (those count in `inuse`).
+/// list (which keeps a few empty slabs, `node::min_partial`, and returns
+/// the rest to their segment), so a thread does not sit on memory it
+/// freed; the active slab stays. No list walk: an empty slab's objects are
+/// all on `local_free` or uncarved, and none can be on its remote list
+/// (those count in `inuse`).
 #[cold]
 #[inline(never)]
 pub fn slab_emptied(heap: &Heap, slab: &Slab) {
@@ -258,7 +259,7 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
     // Empty, so nothing on its remote list (`inuse` counts those).
     let remote = slab.begin_listing();
     invariant!(remote.is_null());
-    if node.should_discard_empty() {
+    if node.should_discard_empty(slab.objects.get()) {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);
     } else {
@@ -284,7 +285,7 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     slab.check();
     if free == 0 {
         slab.make_full_from_listed();
-    } else if free == bound && node.should_discard_empty() {
+    } else if free == bound && node.should_discard_empty(slab.objects.get()) {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);
     } else {

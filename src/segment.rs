@@ -214,6 +214,15 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
 /// does give memory back, and by the background purger.
 #[inline]
 pub fn purge_if_due() -> bool {
+    purge_if_due_after(|| ())
+}
+
+/// `purge_if_due`, with `first` run once this call has claimed the purge
+/// and before it purges: callers that hold no node lock give the node
+/// lists' empty slabs back there (`node::release_empty_slabs`), so that this
+/// purge returns their pages too.
+#[inline]
+pub fn purge_if_due_after(first: impl FnOnce()) -> bool {
     if purge::deadline() == 0 {
         return false;
     }
@@ -221,6 +230,7 @@ pub fn purge_if_due() -> bool {
     if !purge::take_due(now) {
         return false;
     }
+    first();
     purge_all(now);
     true
 }

@@ -139,6 +139,27 @@ fn trim_returns_free_slabs_at_once() {
     );
 }
 
+/// `trim` leaves no empty slab listed: the node lists keep a few per class
+/// for refills while the program runs (blocks of 40,000 bytes take a slab
+/// each), and `trim`, like the purger when a purge is due, gives them back.
+#[test]
+fn trim_leaves_no_empty_slab_on_the_node_lists() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let size = 40_000;
+    let blocks: Vec<Box<[u8]>> = (0..64)
+        .map(|_| vec![5u8; size].into_boxed_slice())
+        .collect();
+    let slabs = || slubmalloc::stats().cache_for_size(size).unwrap().slabs;
+    assert!(slabs() >= 64, "{} slabs for 64 blocks", slabs());
+    drop(blocks);
+    slubmalloc::trim();
+    let s = *slubmalloc::stats().cache_for_size(size).unwrap();
+    assert_eq!(s.objects_in_use, 0);
+    assert_eq!(s.slabs, 0, "{s:?}");
+}
+
 /// A block of `mib` MiB with a byte written in every page, as a program
 /// fills a buffer (no more: a Vec would write every byte).
 struct Block(*mut u8, std::alloc::Layout);
