@@ -1,7 +1,10 @@
 //! The verification walk: recounts, by visiting every heap, node list and
 //! slab, what the statistics keep incrementally. It exists to prove the
 //! counters exact (`tests/global_allocator/stats_exact.rs`); it is O(slabs) and takes locks.
-//! Other threads must not allocate or free while it runs.
+//! Other threads must not allocate or free while it runs; the background
+//! purger may still give the node lists' empty slabs back to their segments
+//! when a purge is due, so a comparison with the statistics holds for a
+//! walk during which they did not change (`check_stats`).
 
 use crate::freelist;
 use crate::node::NODES;

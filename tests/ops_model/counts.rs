@@ -243,9 +243,24 @@ unsafe impl GlobalAlloc for Counted {
 /// The walk agrees with the statistics class by class. Only when no other
 /// thread allocates.
 pub fn assert_walk_agrees(when: &str) {
+    let (s, w, _) = snapshot();
+    compare_walk(&s, &w, when);
+}
+
+/// The statistics and a walk, and whether nothing moved them meanwhile:
+/// the harness's own allocations (a test framework's thread may allocate)
+/// and the background purger, which gives the node lists' empty slabs back
+/// to their segments when a purge is due, do. A walk that a purge crossed
+/// can see a slab listed and then free.
+fn snapshot() -> (Stats, slubmalloc::Walk, bool) {
+    let v = HARNESS.version.load(Ordering::Relaxed);
     let s = slubmalloc::stats();
     let w = slubmalloc::walk();
-    compare_walk(&s, &w, when);
+    let after = slubmalloc::stats();
+    let quiet = HARNESS.version.load(Ordering::Relaxed) == v
+        && s.caches().eq(after.caches())
+        && s.totals.large_blocks == after.totals.large_blocks;
+    (s, w, quiet)
 }
 
 pub(super) fn compare_walk(s: &Stats, w: &slubmalloc::Walk, when: &str) {
@@ -287,17 +302,15 @@ pub(super) fn compare_walk(s: &Stats, w: &slubmalloc::Walk, when: &str) {
 
 /// At a quiescent point: the walk agrees with the statistics, and the
 /// statistics moved since the baseline by what the model and the harness
-/// did. Retried while the harness allocates meanwhile (a test framework's
-/// thread may), up to a limit.
+/// did. Retried while something moves them meanwhile (`snapshot`), up to a
+/// limit.
 pub(super) fn verify(sh: &Shared, when: &str) {
     sh.checks.fetch_add(1, Ordering::Relaxed);
     let base = sh.base.lock().unwrap();
     let base = base.as_ref().expect("a baseline before any check");
     for attempt in 0.. {
-        let v = HARNESS.version.load(Ordering::Relaxed);
-        let s = slubmalloc::stats();
-        let w = slubmalloc::walk();
-        if HARNESS.version.load(Ordering::Relaxed) != v && attempt < 100 {
+        let (s, w, quiet) = snapshot();
+        if !quiet && attempt < 100 {
             thread::yield_now();
             continue;
         }
@@ -315,10 +328,8 @@ pub(super) fn verify(sh: &Shared, when: &str) {
 pub fn verify_since(base: &Stats, when: &str) {
     let nothing = Tally::new();
     for attempt in 0.. {
-        let v = HARNESS.version.load(Ordering::Relaxed);
-        let s = slubmalloc::stats();
-        let w = slubmalloc::walk();
-        if HARNESS.version.load(Ordering::Relaxed) != v && attempt < 100 {
+        let (s, w, quiet) = snapshot();
+        if !quiet && attempt < 100 {
             continue;
         }
         compare_walk(&s, &w, when);
