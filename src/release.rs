@@ -82,8 +82,23 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
             if !slab.try_claim_full(p) {
                 continue;
             }
-            // Alone with the slab until it is handed on: back to the heap
-            // that filled it, or onto our partial list if that heap is gone.
+            // Alone with the slab until it is handed on. Emptied by this
+            // free (a class of one block per slab): onto the node list or
+            // back to its segment now, where the refill of the heap that
+            // filled it would have passed it after a trip through its
+            // `returned` stack.
+            if slab.inuse.get() == 0 {
+                let node = &NODES[class];
+                let _g = node.lock.guard();
+                if heap.is_warm(class) {
+                    heap.classes[class].ev.inc(Ev::FreeRemote);
+                } else {
+                    node.count_free_listed();
+                }
+                return release(heap, class, slab, ptr::null_mut());
+            }
+            // Else back to the heap that filled it, or onto our partial
+            // list if that heap is gone.
             let last = slab.last_owner.get();
             if last != 0 && last != owner_tag(heap) {
                 // SAFETY: heaps are never unmapped (an exited one reads

@@ -17,7 +17,8 @@
 //!   free claims it with one CAS (`try_claim_full`, no lock), then gives it
 //!   back to the heap that filled it (`give_back`, onto that heap's
 //!   `returned` stack) or, if that heap is closed, adopts it (`adopt`), or
-//!   lists it on the node if the freer's class is cold (`begin_listing`).
+//!   lists it on the node if the freer's class is cold or the free emptied
+//!   it (`begin_listing`).
 //! - LISTED (`REMOTE_LISTED`): on its node's partial list; every field is
 //!   the node lock's. A freer that sees LISTED takes the lock and looks again.
 //! - FREE (`REMOTE_FREE`): back in its segment; any free into it is invalid.

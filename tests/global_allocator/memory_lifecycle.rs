@@ -160,6 +160,25 @@ fn trim_leaves_no_empty_slab_on_the_node_lists() {
     assert_eq!(s.slabs, 0, "{s:?}");
 }
 
+/// Blocks of a class of one block per slab, freed by another thread: each
+/// free empties a slab, which goes to the node list (which keeps 16 of
+/// them) or back to its segment at once, not back to the thread that filled
+/// it, which may never refill that class again.
+#[test]
+fn slabs_that_another_threads_free_empties_leave_at_once() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let size = 40_000;
+    let blocks: Vec<Box<[u8]>> = (0..64)
+        .map(|_| vec![6u8; size].into_boxed_slice())
+        .collect();
+    std::thread::spawn(move || drop(blocks)).join().unwrap();
+    let c = *slubmalloc::stats().cache_for_size(size).unwrap();
+    assert_eq!(c.objects_in_use, 0);
+    assert!(c.slabs <= 17, "{c:?}");
+}
+
 /// A block of `mib` MiB with a byte written in every page, as a program
 /// fills a buffer (no more: a Vec would write every byte).
 struct Block(*mut u8, std::alloc::Layout);
