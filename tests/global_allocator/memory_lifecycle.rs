@@ -147,17 +147,13 @@ fn trim_leaves_no_empty_slab_on_the_node_lists() {
     let Some(_fresh) = crate::fresh_process() else {
         return;
     };
-    let size = 40_000;
-    let blocks: Vec<Box<[u8]>> = (0..64)
-        .map(|_| vec![5u8; size].into_boxed_slice())
-        .collect();
-    let slabs = || slubmalloc::stats().cache_for_size(size).unwrap().slabs;
-    assert!(slabs() >= 64, "{} slabs for 64 blocks", slabs());
+    let blocks = one_per_slab();
+    assert!(big_class().slabs >= 64, "{:?}", big_class());
     drop(blocks);
     slubmalloc::trim();
-    let s = *slubmalloc::stats().cache_for_size(size).unwrap();
-    assert_eq!(s.objects_in_use, 0);
-    assert_eq!(s.slabs, 0, "{s:?}");
+    let c = big_class();
+    assert_eq!(c.objects_in_use, 0);
+    assert_eq!(c.slabs, 0, "{c:?}");
 }
 
 /// Blocks of a class of one block per slab, freed by another thread: each
@@ -169,14 +165,23 @@ fn slabs_that_another_threads_free_empties_leave_at_once() {
     let Some(_fresh) = crate::fresh_process() else {
         return;
     };
-    let size = 40_000;
-    let blocks: Vec<Box<[u8]>> = (0..64)
-        .map(|_| vec![6u8; size].into_boxed_slice())
-        .collect();
+    let blocks = one_per_slab();
     std::thread::spawn(move || drop(blocks)).join().unwrap();
-    let c = *slubmalloc::stats().cache_for_size(size).unwrap();
+    let c = big_class();
     assert_eq!(c.objects_in_use, 0);
     assert!(c.slabs <= 17, "{c:?}");
+}
+
+/// 64 blocks of 40,000 bytes, a class of one block per slab.
+fn one_per_slab() -> Vec<Box<[u8]>> {
+    (0..64)
+        .map(|_| vec![5u8; 40_000].into_boxed_slice())
+        .collect()
+}
+
+/// The statistics of the class of `one_per_slab`'s blocks.
+fn big_class() -> slubmalloc::CacheStats {
+    *slubmalloc::stats().cache_for_size(40_000).unwrap()
 }
 
 /// A block of `mib` MiB with a byte written in every page, as a program
