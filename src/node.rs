@@ -330,8 +330,8 @@ pub fn rebuild_in_child() {
 const RELEASE_WALK: usize = 64;
 
 /// Gives the empty slabs the node lists keep back to their segments, for
-/// the purge that follows to give their pages back: the lists keep up to
-/// `MIN_PARTIAL` per class while the program runs, so that a refill finds
+/// the purge that follows to give their pages back: the lists keep a few
+/// per class while the program runs (`min_partial`), so that a refill finds
 /// one without the segment lock, and kept them resident after the program
 /// went idle. Called when a purge is due (`segment::purge_if_due_after`,
 /// from the purger and the allocation slow path) and by `trim`, with no
