@@ -233,12 +233,19 @@ impl Node {
         count(&self.frees_listed);
         slab.check();
         if slab.inuse.get() == 0 && self.should_discard_empty(slab.objects.get()) {
-            self.remove(slab);
-            discard(slab);
-            count(&self.slabs_freed);
+            self.discard_listed(slab);
             return true;
         }
         false
+    }
+
+    /// Takes an empty listed slab off the list and gives it back to its
+    /// segment, counted. Lock held.
+    fn discard_listed(&self, slab: &Slab) {
+        invariant!(slab.inuse.get() == 0);
+        self.remove(slab);
+        discard(slab);
+        count(&self.slabs_freed);
     }
 
     /// Counts a free into a slab this list is about to take: a cold class's
@@ -352,9 +359,7 @@ pub fn release_empty_slabs() {
             let slab = unsafe { &*s };
             s = slab.next.get();
             if slab.inuse.get() == 0 {
-                node.remove(slab);
-                discard(slab);
-                count(&node.slabs_freed);
+                node.discard_listed(slab);
             }
         }
     }

@@ -88,14 +88,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
             // filled it would have passed it after a trip through its
             // `returned` stack.
             if slab.inuse.get() == 0 {
-                let node = &NODES[class];
-                let _g = node.lock.guard();
-                if heap.is_warm(class) {
-                    heap.classes[class].ev.inc(Ev::FreeRemote);
-                } else {
-                    node.count_free_listed();
-                }
-                return release(heap, class, slab, ptr::null_mut());
+                return list_claimed(heap, class, slab);
             }
             // Else back to the heap that filled it, or onto our partial
             // list if that heap is gone.
@@ -111,16 +104,8 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
             }
             if !heap.is_warm(class) {
                 // A cold class owns no slab (`shared`): the slab goes back
-                // to the node list, where the shared slabs are, and the free
-                // is counted there, so that its class heap is not written
-                // (only a slab that went back to its segment is counted
-                // there). A page the fast path only read maps the zero page,
-                // and a first write to it then costs a copy and a TLB
-                // shootdown on every CPU the process runs on.
-                let node = &NODES[class];
-                let _g = node.lock.guard();
-                node.count_free_listed();
-                return release(heap, class, slab, ptr::null_mut());
+                // to the node list, where the shared slabs are.
+                return list_claimed(heap, class, slab);
             }
             heap.classes[class].ev.inc(Ev::FreeSlow);
             return adopt(heap, class, slab);
@@ -135,6 +120,24 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
         node.free_listed(slab, p, looks_free);
         return;
     }
+}
+
+/// A slab this thread claimed from FULL (its free just made) goes to the
+/// node list, or back to its segment if empty and not kept, under the node
+/// lock. The free is counted in the class heap if the class is warm, else
+/// on the node, so that a cold class's heap is not written (only a slab
+/// that went back to its segment is counted there): a page the fast path
+/// only read maps the zero page, and a first write to it then costs a copy
+/// and a TLB shootdown on every CPU the process runs on.
+fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
+    let node = &NODES[class];
+    let _g = node.lock.guard();
+    if heap.is_warm(class) {
+        heap.classes[class].ev.inc(Ev::FreeRemote);
+    } else {
+        node.count_free_listed();
+    }
+    release(heap, class, slab, ptr::null_mut());
 }
 
 /// Stops the process if `p` cannot be a live block of `slab` in `state`:
