@@ -46,9 +46,12 @@ pub const LOOKUP_MAX: usize = 1024;
 pub static CLASS_BYTES: [u32; NUM_CLASSES] = class_sizes();
 /// `LOOKUP[(size + 7) >> 3]` is the class of `size` for `size <= 1024`.
 static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = lookup_table();
-/// The same, times `CLASS_SCALE`: C's `malloc` indexes the thread heap with
-/// it directly.
-static LOOKUP_SCALED: [u16; LOOKUP_MAX / 8 + 1] = scaled_table();
+/// The class of each size up to 1024 times `CLASS_SCALE`, indexed by the
+/// size itself: the allocation fast path indexes the thread heap with it,
+/// one load, no round-up and shift (2 instructions fewer than indexing by
+/// `(size + 7) >> 3`, ci/callgrind.sh). 2 KiB, of which a program touches
+/// the lines of the sizes it asks for.
+static LOOKUP_SCALED: [u16; LOOKUP_MAX + 1] = scaled_table();
 
 const fn class_sizes() -> [u32; NUM_CLASSES] {
     let mut sizes = [0u32; NUM_CLASSES];
@@ -132,19 +135,19 @@ pub fn class_by_table(size: usize) -> usize {
 /// The size of a thread heap's per-class part (`heap::ClassHeap`).
 pub const CLASS_SCALE: usize = 256;
 
-/// `class_by_table(size) * CLASS_SCALE`, with one load and no shift.
+/// `class_by_table(size) * CLASS_SCALE`, with one load.
 #[inline(always)]
 pub fn scaled_class_by_table(size: usize) -> usize {
-    LOOKUP_SCALED[(size + 7) >> 3] as usize
+    LOOKUP_SCALED[size] as usize
 }
 
-const fn scaled_table() -> [u16; LOOKUP_MAX / 8 + 1] {
+const fn scaled_table() -> [u16; LOOKUP_MAX + 1] {
     let classes = lookup_table();
-    let mut t = [0u16; LOOKUP_MAX / 8 + 1];
-    let mut i = 0;
-    while i < t.len() {
-        t[i] = (classes[i] as usize * CLASS_SCALE) as u16;
-        i += 1;
+    let mut t = [0u16; LOOKUP_MAX + 1];
+    let mut size = 0;
+    while size < t.len() {
+        t[size] = (classes[(size + 7) >> 3] as usize * CLASS_SCALE) as u16;
+        size += 1;
     }
     t
 }
