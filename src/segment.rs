@@ -210,8 +210,10 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
 }
 
 /// Purges now if the deadline has passed; true if this call purged. Called
-/// on allocation slow paths, so a process that keeps allocating a little
-/// does give memory back, and by the background purger.
+/// by `alloc_slab`, on allocation slow paths, so a process that keeps
+/// allocating a little does give memory back; it may run under a node lock,
+/// so the node lists' empty slabs stay listed (the purger and the refill
+/// path, which hold none, use `purge_if_due_after`).
 #[inline]
 pub fn purge_if_due() -> bool {
     purge_if_due_after(|| ())
