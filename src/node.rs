@@ -18,21 +18,21 @@ use crate::size_class::NUM_CLASSES;
 use crate::slab::{double_free, Slab, State};
 use crate::sync::{invariant, AtomicU64, AtomicUsize, Cell, Lock, Ordering};
 
-/// Partial slabs below which a node keeps a slab that empties rather than
-/// return it to its segment (`min_partial`): SLUB keeps 5..10 slabs of
-/// 4..32 KiB; ours are 64 KiB, so we keep fewer.
-pub const MIN_PARTIAL: usize = 2;
-/// For classes of few objects per slab, as many slabs as hold this many
-/// objects (SLUB's `min_partial` grows with the object size too): with 2,
-/// the classes of one 40-64 KiB block per slab took a slab from its segment
-/// and gave one back for most allocations in `stress`. `stress 4 3000000
-/// 10000`: 0.97x CPU time, 0.81x peak RSS (ci/measure.py -r 9 --size full).
+/// For classes of few objects per slab, a node keeps as many empty slabs
+/// as hold this many objects (SLUB's `min_partial`, which grows with the
+/// object size) rather than return them to their segment; a class of more
+/// objects per slab keeps none: its empty slab goes back to its segment at
+/// once, for any class to reuse its pages, and only the purge delay decides
+/// when they go back to the kernel. Kept where one allocation would
+/// otherwise take a slab from its segment and give one back: without it the
+/// classes of one 40-64 KiB block per slab did that for most allocations in
+/// `stress 4 1000000 10000`, at 1.27x the CPU time (7 interleaved runs).
 /// What a node keeps goes back at the next purge (`release_empty_slabs`).
 const MIN_PARTIAL_OBJECTS: usize = 16;
 
-/// The `MIN_PARTIAL` of a class of `objects` objects per slab.
+/// The empty slabs a node keeps for a class of `objects` objects per slab.
 fn min_partial(objects: u32) -> usize {
-    MIN_PARTIAL.max(MIN_PARTIAL_OBJECTS / objects as usize)
+    MIN_PARTIAL_OBJECTS / objects as usize
 }
 
 pub struct Node {
@@ -260,7 +260,7 @@ impl Node {
 
     /// Whether an empty slab of `objects` objects should leave the list for
     /// its segment: SLUB keeps it only while the node has fewer than its
-    /// `min_partial` partial slabs.
+    /// `min_partial` partial slabs (none for most classes).
     pub fn should_discard_empty(&self, objects: u32) -> bool {
         self.nr_partial.load(Ordering::Relaxed) >= min_partial(objects)
     }
@@ -337,10 +337,10 @@ pub fn rebuild_in_child() {
 const RELEASE_WALK: usize = 64;
 
 /// Gives the empty slabs the node lists keep back to their segments, for
-/// the purge that follows to give their pages back: the lists keep a few
-/// per class while the program runs (`min_partial`), so that a refill finds
-/// one without the segment lock, and kept them resident after the program
-/// went idle. Called when a purge is due (`segment::purge_if_due_after`,
+/// the purge that follows to give their pages back: the classes of few
+/// objects per slab keep some while the program runs (`min_partial`), so
+/// that an allocation finds one without the segment lock, and kept them
+/// resident after the program went idle. Called when a purge is due (`segment::purge_if_due_after`,
 /// from the purger and the allocation slow path) and by `trim`, with no
 /// node lock held.
 #[cfg(not(loom))]

@@ -253,10 +253,10 @@ fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
     }
 }
 
-/// A local free emptied `slab`. A slab on the partial list goes to the node
-/// list (which keeps a few empty slabs, `node::min_partial`, and returns
-/// the rest to their segment), so a thread does not sit on memory it
-/// freed; the active slab stays. No list walk: an empty slab's objects are
+/// A local free emptied `slab`. A slab on the partial list goes back to its
+/// segment (or, for a class of few objects per slab, to the node list,
+/// which keeps a few, `node::min_partial`), so a thread does not sit on
+/// memory it freed; the active slab stays. No list walk: an empty slab's objects are
 /// all on `local_free` or uncarved, and none can be on its remote list
 /// (those count in `inuse`).
 #[cold]

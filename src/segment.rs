@@ -135,17 +135,37 @@ fn set_mapped(seg: usize, on: bool) {
 
 /// A free slab for a new use, or null with errno ENOMEM.
 pub fn alloc_slab() -> *mut Slab {
+    take_slab().0
+}
+
+/// A free slab for a new use, or null with errno ENOMEM, and whether its
+/// pages may still be resident: it was freed and not purged since, so a
+/// heap that carves it whole touches no new memory (`refill`).
+pub fn take_slab() -> (*mut Slab, bool) {
     purge_if_due();
     SEGMENTS.with(|s| {
-        let mut seg = s.all;
-        // SAFETY: segments on the list are live mappings; the lock is held.
-        while !seg.is_null() && unsafe { (*seg).free_mask } == 0 {
-            seg = unsafe { (*seg).next };
+        // A free slab whose pages are still resident, in any segment, before
+        // one that would fault in new pages: an empty slab goes back to its
+        // segment at once, and the next slab of any class reuses its pages.
+        let (mut seg, mut clean): (_, *mut Segment) = (s.all, ptr::null_mut());
+        while !seg.is_null() {
+            // SAFETY: segments on the list are live mappings; the lock is held.
+            let sg = unsafe { &*seg };
+            if sg.free_mask & sg.dirty_mask != 0 {
+                break;
+            }
+            if clean.is_null() && sg.free_mask != 0 {
+                clean = seg;
+            }
+            seg = sg.next;
+        }
+        if seg.is_null() {
+            seg = clean;
         }
         if seg.is_null() {
             seg = new_segment(s);
             if seg.is_null() {
-                return ptr::null_mut();
+                return (ptr::null_mut(), false);
             }
         }
         // SAFETY: `seg` is a live segment and the lock is held.
@@ -155,7 +175,7 @@ pub fn alloc_slab() -> *mut Slab {
         let index = pick.trailing_zeros() as usize;
         seg.free_mask &= !(1 << index);
         seg.dirty_mask &= !(1 << index);
-        &mut seg.slabs[index] as *mut Slab
+        (&mut seg.slabs[index] as *mut Slab, dirty != 0)
     })
 }
 
