@@ -74,7 +74,7 @@ fn next_interval(heap: &Heap) -> i64 {
     // Uniform in (0, 1], from the top 53 bits.
     let u = ((r >> 11) + 1) as f64 / (1u64 << 53) as f64;
     // `as` saturates; at most 37 times the mean, as u >= 2^-53.
-    (-u.ln() * options::get().prof_rate as f64) as i64
+    (-crate::prof_table::ln(u) * options::get().prof_rate as f64) as i64
 }
 
 /// The thread's own heap, if it has one (the static heaps have no
