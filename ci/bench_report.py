@@ -20,6 +20,9 @@ from collections import defaultdict
 SUBJECT = "slubmalloc"
 NOPURGE = "slubmalloc-nopurge"
 PEERS_PREFERRED = ["mimalloc", "jemalloc", "tcmalloc", "glibc"]
+# The workloads of one thread (ci/measure.py's table): what short programs
+# pay in peak resident memory, reported on their own.
+SINGLE_THREADED = ["startup", "size_cycle", "hello", "fastpath", "pairs", "python", "sqlite", "large_replace"]
 COLORS = {
     "slubmalloc": "#d62728",
     "slubmalloc-nopurge": "#ff9896",
@@ -450,6 +453,23 @@ def main():
             gr, _ = geo_ratio(table, workloads, subject, p, "rss")
             rows.append([p, fmt_ratio(gt), fmt_ratio(gc), fmt_ratio(gr), n])
         L.append(md_table(["peer", "wall time ratio", "CPU time ratio", "peak RSS ratio", "workloads"], rows))
+        L.append("")
+
+    single = [w for w in SINGLE_THREADED if w in workloads]
+    if subject and single:
+        L.append("## Single-threaded programs: peak RSS")
+        L.append("")
+        L.append("Median peak RSS (KiB) of the workloads of one thread, and slubmalloc's peak RSS ÷ each "
+                 "peer's, geometric mean over these workloads (below 1.0: slubmalloc is smaller).")
+        L.append("")
+        rows = [[w] + [f"{table[(w, a)]['rss']:,.0f}" if table[(w, a)] else "–" for a in allocators]
+                for w in single]
+        geo = ["**geomean ratio**"]
+        for a in allocators:
+            g, n = geo_ratio(table, single, subject, a, "rss")
+            geo.append("" if a == subject else f"{fmt_ratio(g)} ({n})")
+        rows.append(geo)
+        L.append(md_table(["workload"] + allocators, rows))
         L.append("")
 
     L.append(f"## Geometric mean relative to {baseline}")

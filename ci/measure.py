@@ -24,8 +24,9 @@ target/measure/variants/LABEL/. What is built (--build):
   preload       libslubmalloc.so (--features override), run by LD_PRELOAD (default)
   example:NAME  the crate's example NAME; COMMAND names it {exe}
   bench:NAME    the benches package's bench NAME; COMMAND names it {exe}
-The C workloads (benches/c/*.c, with the shared benches/c/bench.h) are built
-into target/measure/bin/, which COMMAND names {bin}.
+The C workloads (benches/c/*.c, with the shared benches/c/bench.h) and the
+Rust ones (benches/rust/*.rs, rustc alone, on the C heap) are built into
+target/measure/bin/, which COMMAND names {bin}.
 
 What runs: COMMAND after `--`, or the named workloads of --workloads (the
 table WORKLOADS below, sized by --size). `{n}` in a COMMAND is -n N; a named
@@ -101,9 +102,17 @@ WORKLOADS = {
     # table of blocks (frees of any thread's blocks, small and large).
     "churn": ("{bin}/churn 4 {n} 2000", (100000, 1000000, 4000000), 1),
     "stress": ("{bin}/stress 4 {n} 10000", (100000, 1000000, 3000000), 1),
+    # Small programs, one thread, the same at every size (their peak RSS is
+    # what a short command-line tool pays): n malloc(64) + free pairs, then
+    # exit; n rounds of 1,000 blocks of one size, moving through 64 sizes
+    # of 8-560 B; a Rust program of hello-world size (benches/rust/hello.rs).
+    "startup": ("{bin}/startup {n} 64", (1000000, 1000000, 1000000), 1),
+    "size_cycle": ("{bin}/size_cycle {n} 1000 64 560", (300, 300, 300), 1),
+    "hello": ("{bin}/hello {n}", (1000, 1000, 1000), 1),
 }
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300}, "small": {"gen": 10, "ms": 1000}, "full": {"gen": 20, "ms": 2000}}
-BENCH_WORKLOADS = "msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,large_replace"
+BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
+                   "large_replace,startup,size_cycle,hello")
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
@@ -276,7 +285,9 @@ def build(v, what):
 
 
 def build_c():
-    """The C workloads and the runner, into target/measure/bin."""
+    """The C workloads and the runner, and the Rust ones (benches/rust/*.rs,
+    one file each, built with rustc alone, on the C heap), into
+    target/measure/bin."""
     os.makedirs(os.path.join(ROOT, BIN), exist_ok=True)
     cc = os.environ.get("CC", "cc")
     header = os.path.join(ROOT, "benches", "c", "bench.h")
@@ -288,6 +299,13 @@ def build_c():
         newest = max(os.path.getmtime(src), os.path.getmtime(header))
         if not os.path.exists(exe) or os.path.getmtime(exe) < newest:
             sh([cc, "-O2", "-g", "-pthread", "-Wall", "-I", os.path.dirname(header), "-o", exe, src])
+    for f in sorted(os.listdir(os.path.join(ROOT, "benches", "rust"))):
+        if not f.endswith(".rs"):
+            continue
+        src = os.path.join(ROOT, "benches", "rust", f)
+        exe = os.path.join(ROOT, BIN, f[:-3])
+        if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+            sh(["rustc", "--edition", "2021", "-O", "-o", exe, src])
 
 
 # --------------------------------------------------------------------------
