@@ -89,6 +89,13 @@ pub struct Heap {
     warm: Cell<u64>,
     /// Per class, objects taken from shared slabs while the class was cold.
     pub shared_taken: [Cell<u8>; NUM_CLASSES],
+    /// Per class, for `release::retire_idle_active`: the class heap's
+    /// allocations (fast and slow, truncated) when the heap last took a
+    /// slab from a segment; how many times in a row it had made none; its
+    /// frees when its active slab was last counted.
+    pub idle_allocs: [Cell<u32>; NUM_CLASSES],
+    pub idle_checks: [Cell<u8>; NUM_CLASSES],
+    pub idle_frees: [Cell<u32>; NUM_CLASSES],
 }
 
 const _: () = assert!(NUM_CLASSES <= 64, "`Heap::warm` has a bit per class");
@@ -217,9 +224,20 @@ impl Heap {
         for taken in self.shared_taken.iter().filter(|t| t.get() != 0) {
             taken.set(0);
         }
+        for class in 0..NUM_CLASSES {
+            self.idle_allocs[class].set(0);
+            self.idle_checks[class].set(0);
+            self.idle_frees[class].set(0);
+        }
         self.warm.set(0);
         self.next.set(ptr::null_mut());
         self.prev.set(ptr::null_mut());
+    }
+
+    /// The classes warm in this heap, a bit each (see `warm`).
+    #[inline]
+    pub fn warm_classes(&self) -> u64 {
+        self.warm.get()
     }
 
     /// Whether `class` is warm in this heap (see `warm`).
@@ -258,6 +276,9 @@ impl Heap {
             prof_calibrating: Cell::new(false),
             warm: Cell::new(0),
             shared_taken: [const { Cell::new(0) }; NUM_CLASSES],
+            idle_allocs: [const { Cell::new(0) }; NUM_CLASSES],
+            idle_checks: [const { Cell::new(0) }; NUM_CLASSES],
+            idle_frees: [const { Cell::new(0) }; NUM_CLASSES],
         }
     }
 

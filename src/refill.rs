@@ -203,6 +203,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
             c.ev.inc(Ev::RefillNode);
             continue;
         }
+        crate::release::retire_idle_active(heap, class);
         let (s, resident) = segment::take_slab();
         if s.is_null() {
             return false;

@@ -171,6 +171,44 @@ fn an_emptied_slab_serves_another_class_at_once() {
     drop(second);
 }
 
+/// A thread that moves on from a size keeps no slab of it: blocks of
+/// 3,500 bytes filling four slabs, all freed (the last one, the class's
+/// active slab, stays with the thread), then blocks of eight other sizes
+/// that take slabs from segments: the idle class's empty active slab goes
+/// back to its segment at the second take that finds it unused, and serves
+/// the other sizes. An idle class whose active slab holds live blocks (the
+/// last 5 of 45 blocks of 3,000 bytes) keeps it: nothing goes to its node
+/// list.
+#[test]
+fn an_idle_class_gives_its_empty_active_slab_back() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let size_of_class = |size| *slubmalloc::stats().cache_for_size(size).unwrap();
+    let mut held: Vec<Box<[u8]>> = (0..45)
+        .map(|_| vec![3u8; 3000].into_boxed_slice())
+        .collect();
+    held.drain(..40);
+    let first: Vec<Box<[u8]>> = (0..4 * size_of_class(3500).objects_per_slab)
+        .map(|_| vec![1u8; 3500].into_boxed_slice())
+        .collect();
+    assert!(size_of_class(3500).slabs >= 4);
+    drop(first);
+    let c = size_of_class(3500);
+    assert_eq!((c.objects_in_use, c.slabs), (0, 1), "{c:?}");
+    let mut others = Vec::new();
+    for size in [100, 200, 300, 600, 900, 1200, 1600, 2500] {
+        let n = 2 * size_of_class(size).objects_per_slab;
+        others.extend((0..n).map(|_| vec![2u8; size].into_boxed_slice()));
+    }
+    let c = size_of_class(3500);
+    assert_eq!((c.objects_in_use, c.slabs), (0, 0), "{c:?}");
+    let c = size_of_class(3000);
+    assert_eq!((c.objects_in_use, c.node_partial_slabs), (5, 0), "{c:?}");
+    drop(others);
+    drop(held);
+}
+
 /// `trim` leaves no empty slab listed: the node lists keep a few per class
 /// for refills while the program runs (blocks of 40,000 bytes take a slab
 /// each), and `trim`, like the purger when a purge is due, gives them back.
