@@ -10,7 +10,7 @@
 use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -415,4 +415,32 @@ fn aligned_alloc_rounds_an_alignment_that_is_not_a_power_of_two_up_as_glibc_2_36
         &["aligned_alloc(3, 64) [c17]", "aligned_alloc(0, 64) [c17]"],
         "block ret 0 errno unchanged",
     );
+}
+
+/// The preload library brings no shared library into a program beyond the
+/// C library, the loader and libgcc's unwinder (for the heap profile's
+/// stacks): each one more is loaded, relocated and partly faulted in by
+/// every program, and libm, which the profile's two functions of it had
+/// pulled in, cost 250-330 KiB of resident memory. `cat` (which needs only
+/// libc) prints its own mappings under the preload.
+#[test]
+fn the_preload_library_loads_no_library_but_libc_the_loader_and_the_unwinder() {
+    let cat = Path::new("/bin/cat");
+    let out = common::run_preloaded(cat, &["/proc/self/maps"], &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let maps = common::stdout(&out);
+    assert!(maps.contains("libslubmalloc.so"), "{maps}");
+    let mut libraries: Vec<&str> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.contains(".so"))
+        .map(|p| p.rsplit('/').next().unwrap())
+        .filter(|f| !f.starts_with("libslubmalloc.so"))
+        .collect();
+    libraries.sort();
+    libraries.dedup();
+    let allowed = |f: &&str| {
+        f.starts_with("libc.so") || f.starts_with("ld-linux") || f.starts_with("libgcc_s.so")
+    };
+    assert!(libraries.iter().all(allowed), "{libraries:?}");
 }
