@@ -20,19 +20,26 @@ use crate::sync::{invariant, AtomicU64, AtomicUsize, Cell, Lock, Ordering};
 
 /// For classes of few objects per slab, a node keeps as many empty slabs
 /// as hold this many objects (SLUB's `min_partial`, which grows with the
-/// object size) rather than return them to their segment; a class of more
-/// objects per slab keeps none: its empty slab goes back to its segment at
-/// once, for any class to reuse its pages, and only the purge delay decides
-/// when they go back to the kernel. Kept where one allocation would
-/// otherwise take a slab from its segment and give one back: without it the
-/// classes of one 40-64 KiB block per slab did that for most allocations in
-/// `stress 4 1000000 10000`, at 1.27x the CPU time (7 interleaved runs).
-/// What a node keeps goes back at the next purge (`release_empty_slabs`).
+/// object size) rather than return them to their segment. Kept where one
+/// allocation would otherwise take a slab from its segment and give one
+/// back: without it the classes of one 40-64 KiB block per slab did that
+/// for most allocations in `stress 4 1000000 10000`, at 1.27x the CPU time
+/// (7 interleaved runs). What a node keeps goes back at the next purge
+/// (`release_empty_slabs`).
 const MIN_PARTIAL_OBJECTS: usize = 16;
 
-/// The empty slabs a node keeps for a class of `objects` objects per slab.
-fn min_partial(objects: u32) -> usize {
-    MIN_PARTIAL_OBJECTS / objects as usize
+/// The other partial slabs below which a node keeps a slab that empties,
+/// for a class of `objects` objects per slab, rather than give it back to
+/// its segment (SLUB keeps 5-10), where the next slab taken, of any class,
+/// reuses its pages. A slab its owner empties goes back at once (unless its
+/// class has few objects per slab). A slab emptied by a free into it while
+/// it is listed stays when it is its node's only partial slab: such a slab
+/// serves the classes a thread uses little (`shared`), and a block freed
+/// twice or written after its free is caught only while its slab stays
+/// listed; back in its segment, the next slab taken would reuse it, and the
+/// second free would free another class's block (`misuse` tests).
+fn min_partial(objects: u32, listed: bool) -> usize {
+    (MIN_PARTIAL_OBJECTS / objects as usize).max(listed as usize)
 }
 
 pub struct Node {
@@ -232,7 +239,7 @@ impl Node {
         bump(&self.free_objects, 1);
         count(&self.frees_listed);
         slab.check();
-        if slab.inuse.get() == 0 && self.should_discard_empty(slab.objects.get()) {
+        if slab.inuse.get() == 0 && self.should_discard_empty(slab.objects.get(), true) {
             self.discard_listed(slab);
             return true;
         }
@@ -259,10 +266,11 @@ impl Node {
     }
 
     /// Whether an empty slab of `objects` objects should leave the list for
-    /// its segment: SLUB keeps it only while the node has fewer than its
-    /// `min_partial` partial slabs (none for most classes).
-    pub fn should_discard_empty(&self, objects: u32) -> bool {
-        self.nr_partial.load(Ordering::Relaxed) >= min_partial(objects)
+    /// its segment: it is kept only while the node has fewer than its
+    /// `min_partial` other partial slabs (`listed`: the slab is on this
+    /// list, counted in `nr_partial`, and emptied by a free into it).
+    pub fn should_discard_empty(&self, objects: u32, listed: bool) -> bool {
+        self.nr_partial.load(Ordering::Relaxed) - listed as usize >= min_partial(objects, listed)
     }
 
     /// Calls `f` on every listed slab. Lock held; verification walk only.
@@ -337,10 +345,9 @@ pub fn rebuild_in_child() {
 const RELEASE_WALK: usize = 64;
 
 /// Gives the empty slabs the node lists keep back to their segments, for
-/// the purge that follows to give their pages back: the classes of few
-/// objects per slab keep some while the program runs (`min_partial`), so
-/// that an allocation finds one without the segment lock, and kept them
-/// resident after the program went idle. Called when a purge is due (`segment::purge_if_due_after`,
+/// the purge that follows to give their pages back: the lists keep some
+/// while the program runs (`min_partial`), and kept them resident after
+/// the program went idle. Called when a purge is due (`segment::purge_if_due_after`,
 /// from the purger and the allocation slow path) and by `trim`, with no
 /// node lock held.
 #[cfg(not(loom))]
@@ -350,7 +357,16 @@ pub fn release_empty_slabs() {
             continue;
         }
         let _g = node.lock.guard();
-        let mut s = node.head.get();
+        node.release_empty();
+    }
+}
+
+impl Node {
+    /// Gives the empty slabs among the first `RELEASE_WALK` of the list back
+    /// to their segments. Lock held.
+    #[cfg(not(loom))]
+    pub fn release_empty(&self) {
+        let mut s = self.head.get();
         for _ in 0..RELEASE_WALK {
             if s.is_null() {
                 break;
@@ -359,7 +375,7 @@ pub fn release_empty_slabs() {
             let slab = unsafe { &*s };
             s = slab.next.get();
             if slab.inuse.get() == 0 {
-                node.discard_listed(slab);
+                self.discard_listed(slab);
             }
         }
     }

@@ -277,7 +277,7 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
     // Empty, so nothing on its remote list (`inuse` counts those).
     let remote = slab.begin_listing();
     invariant!(remote.is_null());
-    if node.should_discard_empty(slab.objects.get()) {
+    if node.should_discard_empty(slab.objects.get(), false) {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);
     } else {
@@ -303,7 +303,7 @@ fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     slab.check();
     if free == 0 {
         slab.make_full_from_listed();
-    } else if free == bound && node.should_discard_empty(slab.objects.get()) {
+    } else if free == bound && node.should_discard_empty(slab.objects.get(), false) {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);
     } else {
@@ -323,7 +323,8 @@ const IDLE_CHECKS: u8 = 2;
 /// `IDLE_CHECKS` such takes gives it back (to its segment: `release` of an
 /// empty slab), so that a thread that moves from size to size does not
 /// keep a slab per size it has used (mimalloc gives an empty page back
-/// after 16 slow paths, and `size_cycle`'s 18 classes kept 1.1 MB).
+/// after 16 slow paths, and `size_cycle`'s 18 classes kept 1.1 MB); an
+/// empty slab its node list kept goes back with it.
 /// Whether the slab is empty is counted, a walk of the class's free list,
 /// only once per change of the class heap's free count, so that a class
 /// that holds live blocks is not walked again at every take; frees by
@@ -363,6 +364,8 @@ pub fn retire_idle_active(heap: &Heap, class: usize) {
         );
         // SAFETY: as above.
         release(heap, k, unsafe { &*a }, detached);
+        // With it, the class's empty slab that its node list kept.
+        NODES[k].release_empty();
     }
 }
 

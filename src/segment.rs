@@ -24,6 +24,14 @@ pub use crate::size_class::{
 const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
 const EMPTY_SEGMENTS_KEPT: usize = 1;
+/// Free slabs whose pages may be resident, in all segments, below which a
+/// slab given back asks for no purge (1 MiB; glibc trims at free only past
+/// 128 KiB): they serve the next slabs taken, of any class, and go back
+/// with the next purge asked for by anything else. Without it a small
+/// program that empties a slab starts the background purger, a thread: a
+/// fork from a signal handler then hung (`preload_fork_signal`), and
+/// `size_cycle` peaked 80-120 KiB higher.
+const DIRTY_SLABS_UNPURGED: usize = 16;
 
 const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
 /// One byte per possible segment (nonzero: ours). 32 MiB of zero pages, only
@@ -72,6 +80,8 @@ struct Segments {
     /// Every segment, for purging and the verification walk.
     all: *mut Segment,
     count: usize,
+    /// Free slabs marked dirty, in all segments (`DIRTY_SLABS_UNPURGED`).
+    dirty: usize,
 }
 
 // SAFETY: the raw pointers are reached only under the SEGMENTS lock.
@@ -80,6 +90,7 @@ unsafe impl Send for Segments {}
 static SEGMENTS: Locked<Segments> = Locked::new(Segments {
     all: ptr::null_mut(),
     count: 0,
+    dirty: 0,
 });
 
 /// The descriptor of the slab holding `p`, which must be inside a segment.
@@ -175,6 +186,7 @@ pub fn take_slab() -> (*mut Slab, bool) {
         let index = pick.trailing_zeros() as usize;
         seg.free_mask &= !(1 << index);
         seg.dirty_mask &= !(1 << index);
+        s.dirty -= (dirty != 0) as usize;
         (&mut seg.slabs[index] as *mut Slab, dirty != 0)
     })
 }
@@ -182,18 +194,23 @@ pub fn take_slab() -> (*mut Slab, bool) {
 /// Gives a slab with no live object back to its segment; its pages are purged
 /// after the purge delay.
 pub fn free_slab(slab: *mut Slab) {
-    SEGMENTS.with(|_| {
+    let dirty = SEGMENTS.with(|s| {
         let seg = segment_of(slab as usize) as *mut Segment;
         // SAFETY: `slab` is inside a live segment; the lock is held.
         let seg = unsafe { &mut *seg };
         let index = (slab as usize - seg as *mut Segment as usize) / core::mem::size_of::<Slab>();
+        invariant!(seg.free_mask & (1 << index) == 0);
         seg.free_mask |= 1 << index;
         seg.dirty_mask |= 1 << index;
+        s.dirty += 1;
+        s.dirty
     });
     // After the dirty bit: a purge that claims the deadline takes the lock
     // and sees it (`purge::schedule`).
     let now = purge::now_ns();
-    purge::schedule(now);
+    if dirty >= DIRTY_SLABS_UNPURGED {
+        purge::schedule(now);
+    }
     if purge::take_due(now) {
         purge_all(now);
     }
@@ -285,6 +302,7 @@ fn purge_segments_locked(s: &mut Segments) {
             // Its free slabs not purged yet leave with it.
             let dirty = sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
             unlink(s, seg);
+            s.dirty -= sg.dirty_mask.count_ones() as usize;
             set_mapped(seg as usize, false);
             os::unmap(seg.cast(), SEGMENT_BYTES);
             let g = crate::counters::global();
@@ -296,6 +314,7 @@ fn purge_segments_locked(s: &mut Segments) {
                 empty_kept += 1;
             }
             purge_runs(seg as usize, sg.dirty_mask);
+            s.dirty -= sg.dirty_mask.count_ones() as usize;
             sg.dirty_mask = 0;
         }
         seg = next;
@@ -351,8 +370,9 @@ pub fn for_each_slab(mut f: impl FnMut(&Slab)) {
 /// lock. Each step of the critical sections leaves the list whole when
 /// walked forward from `all` (a new segment is written before it is linked;
 /// an unlinked one is skipped and only unmapped after), so the walk fixes
-/// the back links, the count and the map, and drops dirty bits of slabs
-/// that `alloc_slab` had taken but not yet marked clean.
+/// the back links, the count and the map, drops dirty bits of slabs that
+/// `take_slab` had taken but not yet marked clean, and counts the dirty
+/// slabs again.
 pub fn repair_in_child() {
     if !SEGMENTS.lock.is_locked() {
         return;
@@ -361,11 +381,13 @@ pub fn repair_in_child() {
     // is gone: nothing else touches the list.
     let s = unsafe { &mut *SEGMENTS.data_ptr() };
     let (mut prev, mut seg, mut count) = (ptr::null_mut(), s.all, 0);
+    s.dirty = 0;
     while !seg.is_null() {
         // SAFETY: segments reachable from `all` are live mappings.
         let sg = unsafe { &mut *seg };
         sg.prev = prev;
         sg.dirty_mask &= sg.free_mask;
+        s.dirty += sg.dirty_mask.count_ones() as usize;
         set_mapped(seg as usize, true);
         count += 1;
         prev = seg;

@@ -175,10 +175,10 @@ fn an_emptied_slab_serves_another_class_at_once() {
 /// 3,500 bytes filling four slabs, all freed (the last one, the class's
 /// active slab, stays with the thread), then blocks of eight other sizes
 /// that take slabs from segments: the idle class's empty active slab goes
-/// back to its segment at the second take that finds it unused, and serves
-/// the other sizes. An idle class whose active slab holds live blocks (the
-/// last 5 of 45 blocks of 3,000 bytes) keeps it: nothing goes to its node
-/// list.
+/// back to its segment at the second take that finds the class unused, and
+/// serves the other sizes. An idle class whose active slab holds live blocks (the
+/// last 5 of 45 blocks of 3,000 bytes) keeps it, and its node list is left
+/// as it was.
 #[test]
 fn an_idle_class_gives_its_empty_active_slab_back() {
     let Some(_fresh) = crate::fresh_process() else {
@@ -189,6 +189,7 @@ fn an_idle_class_gives_its_empty_active_slab_back() {
         .map(|_| vec![3u8; 3000].into_boxed_slice())
         .collect();
     held.drain(..40);
+    let held_before = size_of_class(3000);
     let first: Vec<Box<[u8]>> = (0..4 * size_of_class(3500).objects_per_slab)
         .map(|_| vec![1u8; 3500].into_boxed_slice())
         .collect();
@@ -204,9 +205,37 @@ fn an_idle_class_gives_its_empty_active_slab_back() {
     let c = size_of_class(3500);
     assert_eq!((c.objects_in_use, c.slabs), (0, 0), "{c:?}");
     let c = size_of_class(3000);
-    assert_eq!((c.objects_in_use, c.node_partial_slabs), (5, 0), "{c:?}");
+    let kept = (5, held_before.slabs, held_before.node_partial_slabs);
+    assert_eq!(
+        (c.objects_in_use, c.slabs, c.node_partial_slabs),
+        kept,
+        "{c:?}"
+    );
     drop(others);
     drop(held);
+}
+
+/// A few slabs given back to their segments ask for no purge: they wait
+/// there for the next slabs taken, of any class, and a small program gets
+/// no background purger (a thread) for them. Eight slabs of 500-byte
+/// blocks, freed (seven go back), then slow paths of other classes.
+#[test]
+fn a_few_emptied_slabs_start_no_purger() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let blocks: Vec<Box<[u8]>> = (0..8 * 128)
+        .map(|_| vec![1u8; 500].into_boxed_slice())
+        .collect();
+    drop(blocks);
+    let s = slubmalloc::stats();
+    assert!(s.cache_for_size(500).unwrap().slabs_freed >= 6, "{s:?}");
+    let others: Vec<Box<[u8]>> = (1..40)
+        .map(|i| vec![2u8; i * 40].into_boxed_slice())
+        .collect();
+    let t = slubmalloc::stats().totals;
+    assert_eq!((t.purger_starts, t.purges), (0, 0), "{t:?}");
+    drop(others);
 }
 
 /// `trim` leaves no empty slab listed: the node lists keep a few per class
