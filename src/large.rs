@@ -36,13 +36,8 @@ const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES
 /// bound. (Those sizes now come from slabs; the bound still keeps the
 /// cache from fragmenting under any mix of sizes near each other.)
 const SPLIT_MIN_BYTES: usize = 1 << 20;
-/// A cached mapping too small for a request is grown with mremap (its
-/// resident pages kept) only from this size up; a smaller one stays cached
-/// and the request gets a fresh mapping. Growing the only cached piece kept
-/// the cache at one piece for a program that replaces many small big blocks
-/// one at a time: 16,000 live blocks of 128-180 KiB (`benches/c/big_blocks.c`)
-/// made an mremap for 37% of their replacements, each a move of a kernel
-/// mapping among 16,000.
+/// Smaller cached mappings are not grown for a request (a fresh mapping, the
+/// piece kept): `big_blocks 16000` moved one for 37% of its replacements.
 const GROW_MIN_BYTES: usize = 1 << 20;
 const CACHE_MIN_BYTES: usize = 64 << 20;
 const CACHE_MAX_BYTES: usize = 1 << 30;
@@ -98,7 +93,7 @@ struct Table {
 // SAFETY: the table is reached only under its lock.
 unsafe impl Send for Table {}
 
-static LARGE: Locked<Table> = Locked::new(Table {
+const NEW_TABLE: Table = Table {
     slots: ptr::null_mut(),
     cap: 0,
     switching: (ptr::null_mut(), 0),
@@ -109,7 +104,8 @@ static LARGE: Locked<Table> = Locked::new(Table {
     recent_peak: 0,
     freed: [0; FREED_RING],
     freed_next: 0,
-});
+};
+static LARGE: Locked<Table> = Locked::new(NEW_TABLE);
 
 /// Adds `n` (wrapping) to a counter written only under the table's lock:
 /// a relaxed load and store, no locked instruction.
@@ -166,8 +162,7 @@ impl Table {
         }
     }
 
-    /// Makes room for one more entry; false if the table could not be
-    /// rebuilt (out of memory).
+    /// Makes room for one more entry; false if out of memory.
     fn room(&mut self) -> bool {
         (self.used + 1) * 4 <= self.cap * 3 || self.rebuild()
     }
@@ -197,22 +192,14 @@ impl Table {
         }
     }
 
-    /// Moves the live entries into a new array, without the tombstones,
-    /// sized for them: at most half full, so that a quarter of it is
-    /// inserted before the next rebuild (amortised O(1) an insert). Sized by
-    /// the live entries, not by the old capacity: doubling at every rebuild
-    /// grew the table with the number of frees (16,000 live blocks, 200,000
-    /// replacements: 262,144 slots, and more for every run as long).
+    /// Moves the live entries, not the tombstones, into a new array at most
+    /// half full (a quarter fills before the next rebuild). Doubling at each
+    /// rebuild grew the table with the frees, whatever was live.
     fn rebuild(&mut self) -> bool {
         let (old, old_cap) = (self.slots, self.cap);
-        let live = (0..old_cap)
-            // SAFETY: i < old_cap within the old mapping.
-            .filter(|&i| unsafe { (*old.add(i)).ptr } > TOMBSTONE)
-            .count();
-        let mut new_cap = 256;
-        while (live + 1) * 2 > new_cap {
-            new_cap *= 2;
-        }
+        // SAFETY: i < old_cap within the old mapping.
+        let live = (0..old_cap).filter(|&i| unsafe { (*old.add(i)).ptr } > TOMBSTONE);
+        let new_cap = ((live.count() + 1) * 2).next_power_of_two().max(256);
         let slots = os::map(new_cap * core::mem::size_of::<Entry>()) as *mut Entry;
         if slots.is_null() {
             return false;
@@ -753,44 +740,26 @@ pub fn walk_count() -> u64 {
 mod tests {
     use super::*;
 
-    /// A table of 1,000 live entries, each freed and replaced by another
-    /// 100,000 times (a tombstone each time): rebuilt by its live entries,
-    /// it stays at the size they need (4,096 slots: rebuilt at most half
-    /// full, so no more than 2,048 for 1,000), where doubling at each
-    /// rebuild grew it with every free.
+    /// 1,000 live entries each freed and replaced 100 times: the table stays
+    /// sized by them (doubling at each rebuild left 16,384 slots).
     #[test]
     fn the_address_table_stays_sized_by_its_live_entries() {
-        let mut t = Table {
-            slots: ptr::null_mut(),
-            cap: 0,
-            switching: (ptr::null_mut(), 0),
-            used: 0,
-            cache: [NO_CACHED; CACHE_SLOTS],
-            cached_bytes: 0,
-            live_bytes: 0,
-            recent_peak: 0,
-            freed: [0; FREED_RING],
-            freed_next: 0,
-        };
-        let entry = |k: usize| Entry {
+        let mut t = NEW_TABLE;
+        let e = |k: usize| Entry {
             ptr: (k + 1) << 12,
             base: (k + 1) << 12,
             len: PAGE_BYTES,
         };
-        for k in 0..1000 {
+        for k in 0..101_000 {
+            if k >= 1000 {
+                let i = t.find(e(k - 1000).ptr).expect("a live entry is found");
+                t.slot_mut(i).ptr = TOMBSTONE;
+            }
             assert!(t.room());
-            t.insert(entry(k));
-        }
-        for k in 1000..101_000 {
-            let i = t.find(entry(k - 1000).ptr).expect("a live entry is found");
-            t.slot_mut(i).ptr = TOMBSTONE;
-            assert!(t.room());
-            t.insert(entry(k));
+            t.insert(e(k));
         }
         assert!(t.cap <= 4096, "{} slots for 1,000 live entries", t.cap);
-        for k in 100_000..101_000 {
-            assert!(t.find(entry(k).ptr).is_some(), "entry {k} is lost");
-        }
+        assert!((100_000..101_000).all(|k| t.find(e(k).ptr).is_some()));
         os::unmap(t.slots.cast(), t.cap * core::mem::size_of::<Entry>());
     }
 
