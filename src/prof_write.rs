@@ -66,7 +66,7 @@ fn write_to_file(wait: bool) {
 /// Writes the profile to the file at `path` (NUL-terminated); the errno of
 /// a failed open.
 pub fn write_to_path(path: &core::ffi::CStr) -> Result<(), i32> {
-    let fd = open_for_profile(path.as_ptr());
+    let fd = open_for_profile(path.as_ptr(), 0);
     if fd < 0 {
         // SAFETY: __errno_location is always valid.
         return Err(unsafe { *libc::__errno_location() });
@@ -96,19 +96,25 @@ fn lock(wait: bool) -> bool {
     true
 }
 
-fn open_for_profile(path: *const libc::c_char) -> i32 {
+/// Opens `path` (NUL-terminated) to be rewritten, with `flags` added. A new
+/// file is 0600 less the umask: the profile's addresses and its copy of
+/// /proc/self/maps show the process's layout (what address-space
+/// randomisation hides) to whoever can read it.
+fn open_for_profile(path: *const libc::c_char, flags: i32) -> i32 {
     // SAFETY: `path` is NUL-terminated.
     unsafe {
         libc::open(
             path,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
-            0o644,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | flags,
+            0o600,
         )
     }
 }
 
 /// Opens `pattern` with `%p` replaced by the process id and `%n` by the
-/// dump number.
+/// dump number. The path comes from the environment, not the program: a
+/// symbolic link as its last component is not followed (O_NOFOLLOW), so
+/// one planted in a shared directory cannot redirect the profile.
 fn open_expanded(pattern: &[u8], dump: u64) -> i32 {
     let mut buf = FixedBuf::<{ PATH_MAX_BYTES + 40 }>::new();
     let mut rest = pattern;
@@ -124,7 +130,7 @@ fn open_expanded(pattern: &[u8], dump: u64) -> i32 {
     let mut cpath = [0u8; PATH_MAX_BYTES + 41];
     let bytes = buf.as_bytes();
     cpath[..bytes.len()].copy_from_slice(bytes);
-    open_for_profile(cpath.as_ptr().cast())
+    open_for_profile(cpath.as_ptr().cast(), libc::O_NOFOLLOW)
 }
 
 /// Rounds a fixed-point count to whole objects.

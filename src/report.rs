@@ -84,7 +84,11 @@ pub fn write_report(mode: StatsMode, stderr_fd: i32) {
     }
 }
 
-/// Opens `path` for appending, with `%p` replaced by the process id.
+/// Opens `path` for appending, with `%p` replaced by the process id. A
+/// symbolic link as its last component is not followed (O_NOFOLLOW): one
+/// planted in a shared directory cannot send the report elsewhere. A new
+/// file is 0644 less the umask: the report holds counts and sizes, no
+/// addresses, and is read like a log.
 fn open_report_file(path: &[u8]) -> i32 {
     let mut buf = FixedBuf::<{ PATH_MAX_BYTES + 16 }>::new();
     let mut rest = path;
@@ -101,7 +105,7 @@ fn open_report_file(path: &[u8]) -> i32 {
     unsafe {
         libc::open(
             cpath.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW,
             0o644,
         )
     }
