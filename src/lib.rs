@@ -54,8 +54,9 @@
 //! otherwise have it write a report into any file as root or a heap profile
 //! (its memory map) where they can read it. The program's own calls
 //! ([`stats()`], [`trim()`]) work as always. The report and profile files
-//! the variables name are opened without following a symbolic link
-//! (`O_NOFOLLOW`); a new profile is 0600 less the umask, a new report 0644.
+//! the variables name are written only if they are the process's user's
+//! own, never through a symbolic link (`O_NOFOLLOW`); a new profile is 0600
+//! less the umask, a new report 0644.
 //! Debug mode sees what reaches memory by the time the allocator looks: a
 //! red zone (from the end of the request to the end of the slot) overwritten
 //! when the block is freed, a freed block written before it is handed out

@@ -6,12 +6,12 @@
 //! writes a file or changes behaviour set, create no file, install no
 //! handler, and print what they print with no variable; the same programs
 //! run by root (not secure) honour every one. And the report and profile
-//! named by the environment are never written through a planted symbolic
-//! link.
+//! named by the environment go only into the process's own files: never
+//! through a planted symbolic link, never into a file another user planted.
 //!
-//! The setuid tests need root (to make a setuid-root program and become
-//! `nobody`); elsewhere they are skipped with the reason, except under CI,
-//! where they fail.
+//! The tests that need root (to make a setuid-root program, become
+//! `nobody` or give `nobody` a file) are skipped elsewhere with the reason,
+//! except under CI, where they fail.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -28,8 +28,10 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const SECURE_WARNING: &str = "slubmalloc: warning: SLUBMALLOC_* variables ignored: \
                               secure-execution process (setuid, setgid or file capabilities)\n";
 
-/// Every variable that writes a file or changes behaviour, the report and
-/// the profile into `secret` (root's alone), with the purge held back.
+/// The report and the profile into `secret` (root's alone), the report
+/// signal, debug mode, the purge held back, an unknown variable; with
+/// `stderr_variables`, every variable that writes a file or changes
+/// behaviour.
 fn file_writing_variables(secret: &Path) -> Vec<(String, String)> {
     let s = secret.display();
     [
@@ -40,7 +42,6 @@ fn file_writing_variables(secret: &Path) -> Vec<(String, String)> {
         ("SLUBMALLOC_PROF_RATE", "4096".to_owned()),
         ("SLUBMALLOC_PROF_FILE", format!("{s}/leak.%p.heap")),
         ("SLUBMALLOC_DEBUG", "1".to_owned()),
-        ("SLUBMALLOC_FREELIST_RANDOM", "1".to_owned()),
         ("SLUBMALLOC_PURGE_DELAY_MS", "600000".to_owned()),
         ("SLUBMALLOC_NO_SUCH_OPTION", "1".to_owned()),
     ]
@@ -50,12 +51,14 @@ fn file_writing_variables(secret: &Path) -> Vec<(String, String)> {
 }
 
 /// The report on stderr, the profile at its default path (the working
-/// directory), no background purger.
+/// directory), no background purger, random free lists (apart from debug
+/// mode, which carves fewer objects at a time to shuffle).
 fn stderr_variables() -> Vec<(String, String)> {
     [
         ("SLUBMALLOC_STATS", "json"),
         ("SLUBMALLOC_PROF", "1"),
         ("SLUBMALLOC_BACKGROUND_PURGE", "0"),
+        ("SLUBMALLOC_FREELIST_RANDOM", "1"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -287,7 +290,6 @@ fn check_program(s: &Setup, exe: &Path) {
     let e = effects(&out);
     assert_eq!(e["secure"], "0 euid=0");
     assert_eq!(number(&e, "usable_100"), 100, "debug mode: {e:?}");
-    assert!(number(&e, "next_slot") < 12, "random free lists: {e:?}");
     assert_eq!(e["usr2"], "handled", "{e:?}");
     assert_eq!(e.get("profile").map_or("on", |p| p), "on", "{e:?}");
     assert_eq!(e["purged"], "no", "a 10-minute purge delay: {e:?}");
@@ -310,6 +312,7 @@ fn check_program(s: &Setup, exe: &Path) {
     let out = s.run(exe, &stderr_variables(), false);
     let e = effects(&out);
     assert_eq!(e["purged"], "no", "no background purger: {e:?}");
+    assert!(number(&e, "next_slot") < 12, "random free lists: {e:?}");
     assert!(common::stderr(&out).starts_with("{\"caches\":["));
     let (profile, mode) = only_file(&s.dir, "slubmalloc.");
     assert!(profile.starts_with("heap profile:"), "{profile}");
@@ -378,60 +381,109 @@ fn setuid_c_program_linking_the_library_ignores_every_variable_it_honours_when_r
     check_program(&s, &exe);
 }
 
-#[test]
-fn report_and_profile_are_not_written_through_a_planted_symlink() {
-    let dir = std::env::temp_dir().join(format!("slubmalloc-symlink-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let env = |report: &str, profile: &str| -> Vec<(String, String)> {
-        vec![
-            ("SLUBMALLOC_STATS".into(), "1".into()),
-            (
-                "SLUBMALLOC_STATS_FILE".into(),
-                format!("{}/{report}", dir.display()),
-            ),
-            ("SLUBMALLOC_PROF".into(), "1".into()),
-            (
-                "SLUBMALLOC_PROF_FILE".into(),
-                format!("{}/{profile}", dir.display()),
-            ),
-        ]
-    };
-    let run = |vars: Vec<(String, String)>| {
+/// A fresh directory for the file tests, and a runner of the Rust program
+/// there with the report and the profile sent to two of its files.
+struct Named {
+    dir: PathBuf,
+}
+
+impl Named {
+    fn new(test: &str) -> Named {
+        let dir = std::env::temp_dir().join(format!("slubmalloc-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Named { dir }
+    }
+
+    /// Runs the program with `SLUBMALLOC_STATS_FILE=dir/report` and
+    /// `SLUBMALLOC_PROF_FILE=dir/profile`; its stderr.
+    fn run(&self, report: &str, profile: &str) -> String {
+        let d = self.dir.display();
         let mut cmd = Command::new(rust_program());
-        cmd.env_clear().envs(vars).current_dir(&dir);
+        cmd.env_clear()
+            .env("SLUBMALLOC_STATS", "1")
+            .env("SLUBMALLOC_STATS_FILE", format!("{d}/{report}"))
+            .env("SLUBMALLOC_PROF", "1")
+            .env("SLUBMALLOC_PROF_FILE", format!("{d}/{profile}"))
+            .current_dir(&self.dir);
         let out = common::run_with_deadline(cmd, DEADLINE);
         assert!(out.status.success(), "{}", common::stderr(&out));
-        out
-    };
+        common::stderr(&out)
+    }
 
-    // Plain paths: both files are written.
-    run(env("report.txt", "profile.heap"));
-    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
-    assert!(report.starts_with("slubmalloc statistics"), "{report}");
-    let profile = std::fs::read_to_string(dir.join("profile.heap")).unwrap();
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(name)).unwrap()
+    }
+
+    /// Writes `text` to `name` as `other` would have planted it (mode 0666).
+    fn plant(&self, name: &str, text: &str, other: Option<u32>) {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        std::os::unix::fs::chown(&path, other, None).unwrap();
+    }
+
+    /// Fails unless `name` still holds exactly `text`.
+    fn assert_untouched(&self, name: &str, text: &str) {
+        let now = self.read(name);
+        assert!(now == text, "{name} was written: now {} bytes", now.len());
+    }
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn report_is_appended_and_profile_replaced_in_files_of_their_own() {
+    let n = Named::new("own-files");
+    n.plant("report.txt", "earlier\n", None);
+    let junk = "junk\n".repeat(1 << 18);
+    n.plant("profile.heap", &junk, None);
+    n.run("report.txt", "profile.heap");
+    let report = n.read("report.txt");
+    assert!(
+        report.starts_with("earlier\nslubmalloc statistics"),
+        "{report}"
+    );
+    let profile = n.read("profile.heap");
     assert!(profile.starts_with("heap profile:"), "{profile}");
+    assert!(!profile.contains("junk"), "the old profile was not emptied");
+}
 
-    // Links planted at both paths, to files someone else cares about.
+#[test]
+fn report_and_profile_are_not_written_through_a_planted_symlink() {
+    let n = Named::new("symlink");
     for (link, victim) in [
         ("report.link", "victim-report"),
         ("profile.link", "victim-profile"),
     ] {
-        std::fs::write(dir.join(victim), "untouched\n").unwrap();
-        std::os::unix::fs::symlink(dir.join(victim), dir.join(link)).unwrap();
+        n.plant(victim, "untouched\n", None);
+        std::os::unix::fs::symlink(n.dir.join(victim), n.dir.join(link)).unwrap();
     }
-    let out = run(env("report.link", "profile.link"));
-    for victim in ["victim-report", "victim-profile"] {
-        let text = std::fs::read_to_string(dir.join(victim)).unwrap();
-        assert!(
-            text == "untouched\n",
-            "{victim} written through a link: now {} bytes",
-            text.len()
-        );
-    }
+    let stderr = n.run("report.link", "profile.link");
+    n.assert_untouched("victim-report", "untouched\n");
+    n.assert_untouched("victim-profile", "untouched\n");
     for link in ["report.link", "profile.link"] {
-        assert!(dir.join(link).symlink_metadata().unwrap().is_symlink());
+        assert!(n.dir.join(link).symlink_metadata().unwrap().is_symlink());
     }
-    assert_eq!(common::stderr(&out), "", "nothing sent to stderr instead");
-    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(stderr, "", "nothing sent to stderr instead");
+}
+
+#[test]
+fn report_and_profile_are_not_written_into_a_file_another_user_planted() {
+    let test = "planted_files";
+    if !can_become_nobody(test) {
+        return;
+    }
+    let n = Named::new("planted");
+    let (uid, _) = nobody().unwrap();
+    n.plant("report.txt", "planted\n", Some(uid));
+    n.plant("profile.heap", "planted\n", Some(uid));
+    let stderr = n.run("report.txt", "profile.heap");
+    n.assert_untouched("report.txt", "planted\n");
+    n.assert_untouched("profile.heap", "planted\n");
+    assert_eq!(stderr, "", "nothing sent to stderr instead");
 }
