@@ -133,11 +133,7 @@ pub unsafe fn free(p: *mut u8) {
         return;
     }
     // SAFETY: as above, for a slab we own.
-    unsafe { set_next_with(secret, p, slab.local_free.get()) };
-    slab.local_free.set(p);
-    let inuse = slab.inuse.get() - 1;
-    slab.inuse.set(inuse);
-    if inuse == 0 {
+    if unsafe { slab.free_object_with(secret, p) } {
         // SAFETY: `heap` owns `slab`, so it is a live heap of this thread.
         slab_emptied(unsafe { &*heap }, slab);
     }
