@@ -47,6 +47,9 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
         return sampled_or_not(size, align, scaled / core::mem::size_of::<ClassHeap>());
     }
     // ---
+    // The pop of `freelist::pop`, tuned here: the heap's copy of the secret,
+    // the link made opaque and its check as two branches (see `opaque`),
+    // and `CHECKS` to measure without them.
     // SAFETY: `obj` is a free object of our active slab; a heap with a list
     // is a thread's own, whose `secret` is set.
     let next = opaque(unsafe { get_next_with((*heap).secret.get(), obj) } as usize) as *mut u8;
