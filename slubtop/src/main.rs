@@ -40,6 +40,7 @@ options:
   --sort KEY        size, inuse, bytes (default), total, slabs, partial,
                     frag, allocs, frees, remote
   --count N         stop after N screens
+  --verbose         say on stderr how many reads each snapshot took
   --help            this text
 
 keys in the live view: s o b t l p x a f r sort (size, in use, bytes, total,
@@ -60,12 +61,14 @@ struct Args {
     interval: f64,
     sort: SortKey,
     count: Option<u64>,
+    verbose: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut pid, mut once, mut format) = (None, false, Once::Text);
     let (mut interval, mut sort, mut count) = (1.0, SortKey::Bytes, None);
+    let mut verbose = false;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
@@ -74,6 +77,7 @@ fn parse_args() -> Result<Args, String> {
                 std::process::exit(0);
             }
             "--once" => once = true,
+            "--verbose" => verbose = true,
             "--json" => format = Once::Json,
             "--prometheus" => format = Once::Prometheus,
             "--interval" => {
@@ -112,6 +116,7 @@ fn parse_args() -> Result<Args, String> {
         interval,
         sort,
         count,
+        verbose,
     })
 }
 
@@ -136,6 +141,9 @@ fn run(args: &Args) -> Result<(), Error> {
     let reader = Reader::open(args.pid)?;
     if args.once != Once::No {
         let snap = reader.snapshot()?;
+        if args.verbose {
+            eprintln!("slubtop: consistent snapshot after {} reads", snap.tries);
+        }
         let out = match args.once {
             Once::Json => view::json(&snap) + "\n",
             Once::Prometheus => view::prometheus(args.pid, &snap),
