@@ -256,14 +256,13 @@ impl Reader {
                 what: format!("nothing mapped at {address:#x}"),
             });
         }
-        if &b[..8] == ANCHOR_MAGIC && u32_at(&b, 8) as u32 == ANCHOR_VERSION {
-            if !target.read(&mut b, &[(address, ANCHOR_BYTES)])? {
-                return Err(Error::BadAnchor {
-                    pid,
-                    file,
-                    what: format!("{ANCHOR_BYTES} bytes at {address:#x} are not all mapped"),
-                });
-            }
+        let ours = &b[..8] == ANCHOR_MAGIC && u32_at(&b, 8) as u32 == ANCHOR_VERSION;
+        if ours && !target.read(&mut b, &[(address, ANCHOR_BYTES)])? {
+            return Err(Error::BadAnchor {
+                pid,
+                file,
+                what: format!("{ANCHOR_BYTES} bytes at {address:#x} are not all mapped"),
+            });
         }
         let anchor = Anchor::parse(&b, pid, &file)?;
         let mut raw = vec![0u8; anchor.num_classes * 4];

@@ -52,9 +52,12 @@ fn slubtop() -> PathBuf {
 fn rust_target() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        build(&["-p", "slubmalloc", "--example", "stats_then_wait"], "stats_then_wait")
-            .join("examples")
-            .join("stats_then_wait")
+        build(
+            &["-p", "slubmalloc", "--example", "stats_then_wait"],
+            "stats_then_wait",
+        )
+        .join("examples")
+        .join("stats_then_wait")
     })
     .clone()
 }
@@ -95,7 +98,12 @@ fn lines(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
 impl Running {
     /// Starts `exe args` (with the preload when `preload`) and waits for
     /// its "ready" line; returns the stdout lines before it as well.
-    fn start(exe: &Path, args: &[&str], preload: bool, env: &[(&str, &str)]) -> (Running, Vec<String>) {
+    fn start(
+        exe: &Path,
+        args: &[&str],
+        preload: bool,
+        env: &[(&str, &str)],
+    ) -> (Running, Vec<String>) {
         let mut cmd = Command::new(exe);
         cmd.args(args)
             .stdin(Stdio::piped())
@@ -114,7 +122,9 @@ impl Running {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
         let stdin = child.stdin.take();
         let stdout = lines(child.stdout.take().unwrap());
         let stderr = lines(child.stderr.take().unwrap());
@@ -172,7 +182,13 @@ impl Running {
 /// The resident set of `pid` from /proc/PID/statm, as the report computes it.
 fn resident_bytes(pid: i32) -> u64 {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
-    statm.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4096
+    statm
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 4096
 }
 
 /// slubtop's reading of `pid` equals `own` (the program's own report)
@@ -184,16 +200,39 @@ fn resident_bytes(pid: i32) -> u64 {
 /// which it read before writing its report (writing it touches a page).
 fn assert_slubtop_reads(pid: i32, own: &str) {
     let out = run_slubtop(&["--once".into(), "--json".into(), pid.to_string()]);
-    assert!(out.status.success(), "slubtop failed: {}", common::stderr(&out));
+    assert!(
+        out.status.success(),
+        "slubtop failed: {}",
+        common::stderr(&out)
+    );
     let read = common::stdout(&out);
     let (own_caches, mut own_totals) = parse_json_report(own);
     let (caches, mut totals) = parse_json_report(read.trim_end());
-    assert_eq!(caches, own_caches, "slubtop's classes differ from the program's own report");
-    let (theirs, ours) = (own_totals.remove("resident_bytes").unwrap(), totals.remove("resident_bytes").unwrap());
-    assert_eq!(totals, own_totals, "slubtop's totals differ from the program's own report");
-    assert_eq!(ours, resident_bytes(pid), "resident bytes are /proc/PID/statm's");
-    assert!(ours.abs_diff(theirs) <= 16 * 4096, "resident {ours} B read, {theirs} B reported");
-    assert!(!caches.is_empty() && totals["threads_alive"] >= 2 && totals["threads_exited"] >= 1, "{read}");
+    assert_eq!(
+        caches, own_caches,
+        "slubtop's classes differ from the program's own report"
+    );
+    let (theirs, ours) = (
+        own_totals.remove("resident_bytes").unwrap(),
+        totals.remove("resident_bytes").unwrap(),
+    );
+    assert_eq!(
+        totals, own_totals,
+        "slubtop's totals differ from the program's own report"
+    );
+    assert_eq!(
+        ours,
+        resident_bytes(pid),
+        "resident bytes are /proc/PID/statm's"
+    );
+    assert!(
+        ours.abs_diff(theirs) <= 16 * 4096,
+        "resident {ours} B read, {theirs} B reported"
+    );
+    assert!(
+        !caches.is_empty() && totals["threads_alive"] >= 2 && totals["threads_exited"] >= 1,
+        "{read}"
+    );
     assert!(totals["large_blocks"] >= 2, "{read}");
 }
 
@@ -202,7 +241,11 @@ const QUIET: [(&str, &str); 1] = [("SLUBMALLOC_BACKGROUND_PURGE", "0")];
 
 #[test]
 fn slubtop_reads_what_a_preloaded_c_program_reports_of_itself() {
-    let env = [QUIET[0], ("SLUBMALLOC_STATS", "json"), ("SLUBMALLOC_STATS_SIGNAL", "USR2")];
+    let env = [
+        QUIET[0],
+        ("SLUBMALLOC_STATS", "json"),
+        ("SLUBMALLOC_STATS_SIGNAL", "USR2"),
+    ];
     let (mut running, _) = Running::start(&c_target(), &["hold"], true, &env);
     let own = running.next_line(true, "the program's JSON report");
     assert_slubtop_reads(running.pid(), &own);
@@ -213,7 +256,10 @@ fn slubtop_reads_what_a_preloaded_c_program_reports_of_itself() {
 #[test]
 fn slubtop_reads_what_a_rust_program_reports_of_itself() {
     let (running, before) = Running::start(&rust_target(), &[], false, &QUIET);
-    let own = before.last().expect("the program's JSON report before \"ready\"").clone();
+    let own = before
+        .last()
+        .expect("the program's JSON report before \"ready\"")
+        .clone();
     assert_slubtop_reads(running.pid(), &own);
     let (status, _) = running.finish();
     assert!(status.success(), "the Rust program failed: {status}");
@@ -241,8 +287,17 @@ fn slubtop_snapshots_of_a_churning_program_all_hold_the_invariants() {
     let mut previous: Option<BTreeMap<u64, BTreeMap<String, u64>>> = None;
     let (mut exited_before, mut most_reads) = (0, 0);
     for _ in 0..200 {
-        let out = run_slubtop(&["--once".into(), "--json".into(), "--verbose".into(), pid.to_string()]);
-        assert!(out.status.success(), "slubtop failed: {}", common::stderr(&out));
+        let out = run_slubtop(&[
+            "--once".into(),
+            "--json".into(),
+            "--verbose".into(),
+            pid.to_string(),
+        ]);
+        assert!(
+            out.status.success(),
+            "slubtop failed: {}",
+            common::stderr(&out)
+        );
         // Panics unless every invariant of the report holds.
         let (caches, totals) = parse_json_report(common::stdout(&out).trim_end());
         // Events only grow, threads only exit.
@@ -250,9 +305,23 @@ fn slubtop_snapshots_of_a_churning_program_all_hold_the_invariants() {
         exited_before = totals["threads_exited"];
         if let Some(prev) = &previous {
             for (size, c) in prev {
-                let now = &caches.get(size).unwrap_or_else(|| panic!("class {size} B vanished"));
-                for f in ["alloc_fast", "alloc_slow", "free_fast", "free_slow", "free_remote", "slabs_allocated"] {
-                    assert!(now[f] >= c[f], "{size} B: {f} went from {} to {}", c[f], now[f]);
+                let now = &caches
+                    .get(size)
+                    .unwrap_or_else(|| panic!("class {size} B vanished"));
+                for f in [
+                    "alloc_fast",
+                    "alloc_slow",
+                    "free_fast",
+                    "free_slow",
+                    "free_remote",
+                    "slabs_allocated",
+                ] {
+                    assert!(
+                        now[f] >= c[f],
+                        "{size} B: {f} went from {} to {}",
+                        c[f],
+                        now[f]
+                    );
                 }
             }
         }
@@ -264,17 +333,30 @@ fn slubtop_snapshots_of_a_churning_program_all_hold_the_invariants() {
         most_reads = most_reads.max(reads);
     }
     let (status, out) = watched.finish();
-    assert!(status.success(), "watched churn failed (a block lost its bytes?): {status}");
+    assert!(
+        status.success(),
+        "watched churn failed (a block lost its bytes?): {status}"
+    );
     let rounds = round_checksums(&out);
     assert!(rounds.len() > 1, "the program churned while it was read");
-    assert!(rounds.iter().all(|&c| c == expected), "watched results {rounds:?}, unwatched {expected}");
+    assert!(
+        rounds.iter().all(|&c| c == expected),
+        "watched results {rounds:?}, unwatched {expected}"
+    );
     assert!(exited_before > 0);
-    eprintln!("slubtop: 200 snapshots of {} rounds of churn, at most {most_reads} reads each", rounds.len());
+    eprintln!(
+        "slubtop: 200 snapshots of {} rounds of churn, at most {most_reads} reads each",
+        rounds.len()
+    );
 }
 
 /// slubtop's stderr after a failing run, which must be one "slubtop: " line.
 fn failure(out: &Output) -> String {
-    assert!(!out.status.success(), "slubtop succeeded: {}", common::stdout(out));
+    assert!(
+        !out.status.success(),
+        "slubtop succeeded: {}",
+        common::stdout(out)
+    );
     let err = common::stderr(out);
     assert!(err.starts_with("slubtop: "), "{err}");
     err
@@ -286,7 +368,10 @@ fn slubtop_says_a_process_does_not_use_slubmalloc() {
     let (running, _) = Running::start(&c_target(), &["churn", "1"], false, &[]);
     let pid = running.pid();
     let err = failure(&run_slubtop(&["--once".into(), pid.to_string()]));
-    assert!(err.contains(&format!("PID {pid} does not use slubmalloc")), "{err}");
+    assert!(
+        err.contains(&format!("PID {pid} does not use slubmalloc")),
+        "{err}"
+    );
     running.finish();
 }
 
@@ -308,7 +393,10 @@ fn slubtop_says_a_process_is_gone_or_has_exited() {
     let mut watcher = live.spawn().unwrap();
     let screens = lines(watcher.stdout.take().unwrap());
     let title = screens.recv_timeout(DEADLINE).expect("a first screen");
-    assert!(title.starts_with(&format!("slubtop - PID {pid} (slubtop_target)")), "{title}");
+    assert!(
+        title.starts_with(&format!("slubtop - PID {pid} (slubtop_target)")),
+        "{title}"
+    );
     let (status, _) = running.finish();
     assert!(status.success());
     let start = Instant::now();
@@ -316,12 +404,23 @@ fn slubtop_says_a_process_is_gone_or_has_exited() {
         if let Some(s) = watcher.try_wait().unwrap() {
             break s;
         }
-        assert!(start.elapsed() < DEADLINE, "slubtop kept watching an exited process");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "slubtop kept watching an exited process"
+        );
         std::thread::sleep(Duration::from_millis(10));
     };
     let mut err = String::new();
-    watcher.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(!status.success() && err.contains(&format!("PID {pid} does not exist (it has exited)")), "{status} {err}");
+    watcher
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        !status.success() && err.contains(&format!("PID {pid} does not exist (it has exited)")),
+        "{status} {err}"
+    );
 }
 
 #[test]
@@ -330,8 +429,14 @@ fn slubtop_names_both_layout_versions() {
     let (running, _) = Running::start(&exe, &[], false, &[]);
     let pid = running.pid();
     let err = failure(&run_slubtop(&["--once".into(), pid.to_string()]));
-    assert!(err.contains("layout version 999") && err.contains("reads version 1"), "{err}");
-    assert!(err.contains(&exe.display().to_string()), "names the file: {err}");
+    assert!(
+        err.contains("layout version 999") && err.contains("reads version 1"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&exe.display().to_string()),
+        "names the file: {err}"
+    );
     running.finish();
 }
 
@@ -339,7 +444,10 @@ fn slubtop_names_both_layout_versions() {
 fn slubtop_says_when_it_has_no_permission() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        assert!(std::env::var_os("CI").is_none(), "CI runs the tests as root: this test must run");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs the tests as root: this test must run"
+        );
         eprintln!("skipped: needs root, to run slubtop as nobody against a process of root's");
         return;
     }
@@ -359,9 +467,18 @@ fn slubtop_says_when_it_has_no_permission() {
         .args(["--once", &pid.to_string()]);
     let out = common::run_with_deadline(cmd, DEADLINE);
     let err = failure(&out);
-    assert!(err.contains(&format!("no permission to read PID {pid}")), "{err}");
-    assert!(err.contains("(uid 0)") && err.contains("(uid 65534)"), "names both users: {err}");
-    assert!(err.contains("ptrace_scope") && err.contains("CAP_SYS_PTRACE"), "says what to do: {err}");
+    assert!(
+        err.contains(&format!("no permission to read PID {pid}")),
+        "{err}"
+    );
+    assert!(
+        err.contains("(uid 0)") && err.contains("(uid 65534)"),
+        "names both users: {err}"
+    );
+    assert!(
+        err.contains("ptrace_scope") && err.contains("CAP_SYS_PTRACE"),
+        "says what to do: {err}"
+    );
     running.finish();
     std::fs::remove_dir_all(&dir).unwrap();
 }
