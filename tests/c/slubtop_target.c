@@ -12,7 +12,8 @@
  *   slubtop_target churn THREADS
  *     Rounds of THREADS short-lived threads that allocate, check and free
  *     blocks of many sizes, half of them freed by the next thread (remote
- *     frees), so heaps come, go and are reused all the time. Writes "ready"
+ *     frees), so heaps come, go and are reused all the time; each round
+ *     also forks a child while its threads run. Writes "ready"
  *     after the first round, churns until stdin is closed, then prints each
  *     round's checksum (the same for every round: the work is seeded per
  *     thread) and exits 0 if every block kept its bytes. */
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void say_ready(void) {
@@ -150,6 +152,17 @@ static uint64_t churn_round(void) {
     for (int i = 0; i < nthreads; i++)
         if (pthread_create(&t[i], NULL, churner, (void *)(intptr_t)i) != 0)
             exit(3);
+    /* A fork while the threads run: the child repairs what they held
+     * (src/fork.rs), allocates, and exits. */
+    pid_t child = fork();
+    if (child == 0) {
+        void *p = malloc(100);
+        free(p);
+        _exit(0);
+    }
+    int status;
+    if (child < 0 || waitpid(child, &status, 0) != child || status != 0)
+        exit(6);
     for (int i = 0; i < nthreads; i++)
         pthread_join(t[i], NULL);
     /* The next round's threads are new: hand each block to a freeing
