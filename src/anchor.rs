@@ -16,7 +16,9 @@
 //! Layout version 1 (`ANCHOR_VERSION`): every field below, in this order,
 //! 64-bit addresses; the counters of a class heap in the order of
 //! `counters::Ev`; what the reader computes from them is `stats::build`'s
-//! arithmetic. Change any of that and the version changes with it.
+//! arithmetic. Change any of that and the version changes with it, here and
+//! in slubtop's reader (`slubtop/src/snapshot.rs`), whose test against a
+//! running program (`tests/processes/slubtop.rs`) fails until both agree.
 
 use core::mem::{offset_of, size_of};
 
