@@ -1,7 +1,8 @@
 //! slubtop (the `slubtop/` package) reading running processes from outside:
 //! a C program under the preload and a Rust program with
 //! `#[global_allocator]`, each stopped at a known point after writing its
-//! own report, read field for field the same; a program whose threads come
+//! own report, read field for field the same (a stripped executable too);
+//! a program whose threads come
 //! and go all the time, read 200 times, gives snapshots that all hold the
 //! report's invariants while its own results stay what they are unwatched;
 //! and each error (not slubmalloc, no permission, no such process or one
@@ -263,6 +264,33 @@ fn slubtop_reads_what_a_rust_program_reports_of_itself() {
     assert_slubtop_reads(running.pid(), &own);
     let (status, _) = running.finish();
     assert!(status.success(), "the Rust program failed: {status}");
+}
+
+/// A stripped executable has no symbol table, but keeps its sections:
+/// slubtop finds the anchor by its section's name.
+#[test]
+fn slubtop_reads_a_stripped_rust_program_by_the_anchor_section() {
+    let dir = std::env::temp_dir().join(format!("slubtop-stripped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("stats_then_wait");
+    let out = Command::new("strip")
+        .arg("-o")
+        .arg(&exe)
+        .arg(rust_target())
+        .output()
+        .expect("run strip (binutils, which ci/deps.sh's gcc brings)");
+    assert!(out.status.success(), "strip: {}", common::stderr(&out));
+    let symbols = Command::new("nm").arg(&exe).output().unwrap();
+    assert!(
+        !common::stdout(&symbols).contains("slubmalloc_anchor"),
+        "stripped"
+    );
+    let (running, before) = Running::start(&exe, &[], false, &QUIET);
+    let own = before.last().expect("the program's JSON report").clone();
+    assert_slubtop_reads(running.pid(), &own);
+    let (status, _) = running.finish();
+    assert!(status.success(), "the stripped program failed: {status}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The churning program's rounds, from its output: every round's checksum.
