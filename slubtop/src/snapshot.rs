@@ -14,8 +14,6 @@ use crate::target::{Error, Found, Target};
 pub const ANCHOR_VERSION: u32 = 1;
 const ANCHOR_MAGIC: &[u8; 8] = b"SLUBANCH";
 const ANCHOR_BYTES: usize = 248;
-/// A heap list longer than this is a list read while it changed.
-const MAX_HEAPS: usize = 1 << 20;
 /// Tries before giving up on a snapshot.
 pub const TRIES: u32 = 1000;
 
@@ -363,7 +361,7 @@ impl Reader {
         // The static heaps, then the live list.
         let block = EVENTS * 8;
         let mut buf = vec![0u8; classes * block + 8];
-        let mut heaps = 0;
+        let mut seen = std::collections::HashSet::new();
         let mut next = head[0];
         let mut pending = vec![head[3], head[4]];
         loop {
@@ -372,9 +370,9 @@ impl Reader {
                 None if next != 0 => (next, true),
                 None => break,
             };
-            heaps += 1;
-            if heaps > MAX_HEAPS {
-                return Ok(Err("the heap list did not end".into()));
+            // A heap reused and relinked while we walked may lead back.
+            if listed && !seen.insert(heap) {
+                return Ok(Err("the heap list looped".into()));
             }
             let mut ranges: Vec<(u64, usize)> = (0..classes as u64)
                 .map(|c| (heap + c * a.class_heap_bytes + a.class_heap_counters, block))

@@ -6,7 +6,8 @@
 //! and go all the time, read 200 times, gives snapshots that all hold the
 //! report's invariants while its own results stay what they are unwatched;
 //! and each error (not slubmalloc, no permission, no such process or one
-//! that exits while watched, another layout version) says so and fails.
+//! that exits while watched, another layout version, a registry that never
+//! stops changing or loops) says so and fails.
 //!
 //! Run: `cargo test --release --test processes slubtop`.
 
@@ -451,21 +452,64 @@ fn slubtop_says_a_process_is_gone_or_has_exited() {
     );
 }
 
+/// tests/c/slubtop_crafted_anchor.c, in `mode`: an anchor slubtop must
+/// read (still) or refuse.
+fn crafted(mode: &str) -> (Running, i32) {
+    let exe = common::compile_c("slubtop_crafted_anchor", &[]);
+    let (running, _) = Running::start(&exe, &[mode], false, &[]);
+    let pid = running.pid();
+    (running, pid)
+}
+
 #[test]
 fn slubtop_names_both_layout_versions() {
-    let exe = common::compile_c("slubtop_other_version", &[]);
-    let (running, _) = Running::start(&exe, &[], false, &[]);
-    let pid = running.pid();
+    let (running, pid) = crafted("v999");
     let err = failure(&run_slubtop(&["--once".into(), pid.to_string()]));
     assert!(
-        err.contains("layout version 999") && err.contains("reads version 1"),
+        err.contains(&format!(
+            "PID {pid} uses a slubmalloc whose anchor has layout version 999"
+        )),
         "{err}"
     );
+    assert!(err.contains("this slubtop reads version 1"), "{err}");
     assert!(
-        err.contains(&exe.display().to_string()),
+        err.contains("slubtop_crafted_anchor"),
         "names the file: {err}"
     );
     running.finish();
+}
+
+/// The crafted anchor over an empty registry reads as an empty snapshot;
+/// with the generation odd for good (a registry change that never ends) or
+/// a live list that leads back to itself, slubtop reads again and again,
+/// then gives up with what it last met, instead of printing what it read or
+/// walking the loop for ever.
+#[test]
+fn slubtop_refuses_a_registry_that_is_changing_or_loops() {
+    let (running, pid) = crafted("still");
+    let out = run_slubtop(&["--once".into(), "--json".into(), pid.to_string()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let (caches, totals) = parse_json_report(common::stdout(&out).trim_end());
+    assert!(
+        caches.is_empty() && totals["threads_alive"] == 0,
+        "{totals:?}"
+    );
+    running.finish();
+
+    for (mode, last) in [
+        ("odd", "a thread was starting or exiting"),
+        ("loop", "the heap list looped"),
+    ] {
+        let (running, pid) = crafted(mode);
+        let err = failure(&run_slubtop(&["--once".into(), pid.to_string()]));
+        assert!(
+            err.contains(&format!(
+                "PID {pid}: no consistent snapshot in 1000 tries (last: {last})"
+            )),
+            "{mode}: {err}"
+        );
+        running.finish();
+    }
 }
 
 #[test]
