@@ -231,6 +231,9 @@ impl Target {
     /// its first mapping) plus the symbol's value.
     pub fn find_anchor(&self) -> Result<Found, Error> {
         let maps = self.mappings()?;
+        if maps.is_empty() && self.exited() {
+            return Err(Error::Gone { pid: self.pid });
+        }
         let exe = std::fs::read_link(format!("/proc/{}/exe", self.pid)).ok();
         let mut paths: Vec<&str> = Vec::new();
         for m in &maps {
@@ -283,6 +286,15 @@ impl Target {
             });
         }
         Err(Error::NotSlubmalloc { pid: self.pid })
+    }
+
+    /// Whether the process has exited and waits to be reaped (a zombie,
+    /// whose maps are empty): state Z in `/proc/PID/stat`, after the
+    /// command name in parentheses.
+    fn exited(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        stat.rsplit_once(") ")
+            .is_none_or(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'))
     }
 
     /// Reads the ranges `remote` (address, length) into `local`, which is

@@ -406,8 +406,20 @@ fn slubtop_says_a_process_does_not_use_slubmalloc() {
 
 #[test]
 fn slubtop_says_a_process_is_gone_or_has_exited() {
+    // Exited and not yet reaped (a zombie, whose maps are empty), then reaped.
     let mut gone = Command::new("true").spawn().unwrap();
     let pid = gone.id();
+    let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let start = Instant::now();
+    while !state().contains(") Z") {
+        assert!(start.elapsed() < DEADLINE, "`true` did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let err = failure(&run_slubtop(&["--once".into(), pid.to_string()]));
+    assert!(
+        err.contains(&format!("PID {pid} does not exist (it has exited)")),
+        "zombie: {err}"
+    );
     gone.wait().unwrap();
     let err = failure(&run_slubtop(&["--once".into(), pid.to_string()]));
     assert!(err.contains(&format!("PID {pid} does not exist")), "{err}");
