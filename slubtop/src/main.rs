@@ -221,6 +221,7 @@ mod terminal {
     static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
     extern "C" fn on_interrupt(_: libc::c_int) {
+        // Relaxed: a flag alone, nothing published with it; `wait` reads it.
         INTERRUPTED.store(true, Ordering::Relaxed);
     }
 
@@ -281,6 +282,7 @@ mod terminal {
         /// Waits for a key until `deadline`.
         pub fn wait(&self, deadline: Instant) -> Key {
             loop {
+                // Relaxed: pairs with the handler's store; only the flag.
                 if INTERRUPTED.load(Ordering::Relaxed) {
                     return Key::Quit;
                 }

@@ -17,6 +17,8 @@ fn generation() -> u64 {
     // the address of the registry generation, a static AtomicU64.
     unsafe {
         let g = ANCHOR[6] as *const AtomicU64;
+        // Acquire: pairs with `change_registry`'s Release store of the even
+        // value, as slubtop's first read does.
         (*g).load(Ordering::Acquire)
     }
 }
