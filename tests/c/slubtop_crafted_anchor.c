@@ -7,11 +7,15 @@
  *                                    empty snapshot
  *   slubtop_crafted_anchor odd       generation odd for good (a registry
  *                                    change that never ends)
+ *   slubtop_crafted_anchor racing    a thread changes the registry without
+ *                                    end: odd, threads_alive 7, even 0
+ *                                    (7 is only ever seen mid-change)
  *   slubtop_crafted_anchor loop      the live list leads back to itself (as
  *                                    a heap reused while it is walked may)
  *   slubtop_crafted_anchor v999      layout version 999 (a newer slubmalloc)
  *
  * Writes "ready", then reads stdin until EOF. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -64,12 +68,36 @@ __attribute__((used)) struct anchor slubmalloc_anchor = {
     {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero},
 };
 
+/* Each change as the allocator's `change_registry` makes it: odd, the
+ * writes, even; most of the time mid-change, so that a read that finds the
+ * generation even has its next read land mid-change. */
+static void *change_for_ever(void *arg) {
+    (void)arg;
+    for (uint64_t g = 0;; g += 2) {
+        atomic_store_explicit(&generation, g + 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+        /* volatile: the compiler must not drop a store it sees overwritten. */
+        *(volatile uint64_t *)&registry.threads_alive = 7;
+        for (volatile int i = 0; i < 2000; i++) {
+        }
+        *(volatile uint64_t *)&registry.threads_alive = 0;
+        atomic_store_explicit(&generation, g + 2, memory_order_release);
+        for (volatile int i = 0; i < 200; i++) {
+        }
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     for (int i = 0; i < CLASSES; i++)
         class_bytes[i] = 16 * (i + 1);
     const char *mode = argc > 1 ? argv[1] : "still";
     if (strcmp(mode, "odd") == 0) {
         generation = 1;
+    } else if (strcmp(mode, "racing") == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, change_for_ever, NULL) != 0)
+            return 3;
     } else if (strcmp(mode, "loop") == 0) {
         registry.live = heap;
         heap[CLASSES * 32] = (uintptr_t)heap;

@@ -492,7 +492,8 @@ fn slubtop_names_both_layout_versions() {
 }
 
 /// The crafted anchor over an empty registry reads as an empty snapshot;
-/// with the generation odd for good (a registry change that never ends) or
+/// changed without end, it never reads as it is mid-change; with the
+/// generation odd for good (a registry change that never ends) or
 /// a live list that leads back to itself, slubtop reads again and again,
 /// then gives up with what it last met, instead of printing what it read or
 /// walking the loop for ever.
@@ -506,6 +507,29 @@ fn slubtop_refuses_a_registry_that_is_changing_or_loops() {
         caches.is_empty() && totals["threads_alive"] == 0,
         "{totals:?}"
     );
+    running.finish();
+
+    // A registry that a thread changes without end, mid-change most of the
+    // time, where threads_alive is 7 only mid-change: no snapshot slubtop
+    // gives holds it (each read either waits for a still generation or
+    // gives up).
+    let (running, pid) = crafted("racing");
+    let mut given = 0;
+    for _ in 0..100 {
+        let out = run_slubtop(&["--once".into(), "--json".into(), pid.to_string()]);
+        if out.status.success() {
+            let (_, totals) = parse_json_report(common::stdout(&out).trim_end());
+            assert_eq!(totals["threads_alive"], 0, "a snapshot taken mid-change");
+            given += 1;
+        } else {
+            assert!(
+                common::stderr(&out).contains("no consistent snapshot"),
+                "{}",
+                common::stderr(&out)
+            );
+        }
+    }
+    eprintln!("slubtop: {given} of 100 snapshots of a registry that never stops changing");
     running.finish();
 
     for (mode, last) in [
