@@ -95,9 +95,10 @@
 //!    blocks; the heap profile's stacks and live samples.
 //! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
 //!    their registry; the thread's heap pointer; debug mode's red zones.
-//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`: statistics snapshots
-//!    and reports; the verification walk; the fork handlers and the child's
-//!    repairs; the heap profile's file.
+//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`, `anchor`: statistics
+//!    snapshots and reports; the verification walk; the fork handlers and
+//!    the child's repairs; the heap profile's file; the table that tells
+//!    slubtop, from outside, where the statistics are.
 //! 6. `fastpath`, `refill`, `release`, `init`, `profile`, `background`,
 //!    `shared`: the fast paths; the allocation and free slow paths; process
 //!    and thread start and end; heap profile sampling; the background purger
@@ -111,6 +112,7 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod anchor;
 mod background;
 mod counters;
 mod debug;

@@ -20,5 +20,6 @@ mod preload_real_programs;
 mod preload_threads;
 mod readme;
 mod secure_mode;
+mod slubtop;
 mod stats_dump;
 mod valgrind;
