@@ -81,9 +81,10 @@
 //! 2. `counters`, `options`, `size_class`, `purge`: counter cells, the
 //!    environment, size classes and the segment/slab geometry, the purge
 //!    deadline and the background purger's state.
-//! 3. `freelist`, `slab`, `segment`, `large`, `prof_table`: encoded free
-//!    lists; a slab's descriptor and life cycle; segments of slabs; large
-//!    blocks; the heap profile's stacks and live samples.
+//! 3. `freelist`, `slab`, `segment`, `large`, `large_map`, `prof_table`:
+//!    encoded free lists; a slab's descriptor and life cycle; segments of
+//!    slabs; large blocks and their mappings; the heap profile's stacks and
+//!    live samples.
 //! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
 //!    their registry; the thread's heap pointer; debug mode's red zones.
 //! 5. `stats`, `report`, `walk`, `fork`, `prof_write`: statistics snapshots
@@ -114,6 +115,7 @@ mod freelist;
 mod heap;
 mod init;
 mod large;
+mod large_map;
 #[cfg(feature = "nightly")]
 mod nightly;
 mod node;

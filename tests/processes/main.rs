@@ -12,6 +12,7 @@ mod background_purge;
 mod demo;
 mod freelist_order;
 mod heap_profile;
+mod large_after_free;
 mod layers;
 mod misuse;
 mod out_of_memory;
