@@ -713,6 +713,12 @@ pub fn repair_in_child() {
     LARGE.lock.reset_in_child();
 }
 
+/// Cached mappings (pieces kept for reuse) now: one lock hold For `mallinfo2`.
+#[cfg(feature = "override")]
+pub fn cached_pieces() -> u64 {
+    LARGE.with(|t| t.cache.iter().filter(|c| c.base != 0).count() as u64)
+}
+
 /// Number of live large blocks by walking the table (verification only).
 pub fn walk_count() -> u64 {
     LARGE.with(|t| (0..t.cap).filter(|&i| t.slot(i).ptr > TOMBSTONE).count() as u64)

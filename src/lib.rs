@@ -87,8 +87,8 @@
 //!    live samples.
 //! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
 //!    their registry; the thread's heap pointer; debug mode's red zones.
-//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`: statistics snapshots
-//!    and reports; the verification walk; the fork handlers and the child's
+//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`, `glibc_info`:
+//!    statistics snapshots and reports; the verification walk; the fork handlers and the child's
 //!    repairs; the heap profile's file.
 //! 6. `fastpath`, `refill`, `release`, `init`, `profile`, `background`,
 //!    `shared`: the fast paths; the allocation and free slow paths; process
@@ -112,6 +112,7 @@ mod ffi;
 mod fmt;
 mod fork;
 mod freelist;
+mod glibc_info;
 mod heap;
 mod init;
 mod large;

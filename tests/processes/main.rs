@@ -11,6 +11,7 @@ mod common;
 mod background_purge;
 mod demo;
 mod freelist_order;
+mod glibc_introspection;
 mod heap_profile;
 mod large_after_free;
 mod layers;
