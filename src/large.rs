@@ -10,7 +10,7 @@
 //! is unmapped.
 //!
 //! A cached mapping is inaccessible (`os::protect`, PROT_NONE) until it is
-//! handed out again, so a read or write of a freed block faults, as under
+//! handed out again (unless `SLUBMALLOC_PROTECT_FREED_LARGE=0`), so a read or write of a freed block faults, as under
 //! glibc, which unmaps such blocks. Its pages stay resident: handing it out
 //! again changes its page table entries (one mprotect), it faults nothing
 //! in. Each cached piece is at most two more kernel mappings than without
@@ -116,6 +116,12 @@ static LARGE: Locked<Table> = Locked::new(Table {
 /// a relaxed load and store, no locked instruction.
 fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// Whether cached mappings are kept inaccessible (the default; the option
+/// is read once, so every piece in the cache is in the same state).
+fn protecting() -> bool {
+    crate::options::get().protect_freed_large
 }
 
 /// Raises a maximum written only under the table's lock to `v`.
@@ -467,7 +473,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
         Ok(Some(Hit::Fits(base, l))) => {
             // Cost: one mprotect, which rewrites the piece's page table
             // entries (README, "Memory", has the benchmarks' numbers).
-            if os::protect(base as *mut u8, l, true) {
+            if !protecting() || os::protect(base as *mut u8, l, true) {
                 if zero {
                     // SAFETY: the cached mapping is ours, accessible now, and
                     // at least `size` long.
@@ -489,7 +495,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             // The piece is made accessible first: growing it may copy it.
             let grown = {
                 let _keep = os::ErrnoGuard::save();
-                if os::protect(base as *mut u8, l, true) {
+                if !protecting() || os::protect(base as *mut u8, l, true) {
                     grow_cached(base, l, len, zero)
                 } else {
                     unmap(base, l);
@@ -554,7 +560,7 @@ pub fn free(p: *mut u8) -> Freed {
     };
     let now = crate::purge::now_ns();
     let mut evicted = Evicted::new();
-    if os::protect(e.base as *mut u8, e.len, false) {
+    if !protecting() || os::protect(e.base as *mut u8, e.len, false) {
         LARGE.with(|t| t.cache_freed(e.base, e.len, now, &mut evicted));
     } else {
         // The kernel would need a mapping more than it allows: unmapped, it

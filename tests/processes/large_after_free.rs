@@ -94,3 +94,33 @@ fn a_child_forked_after_the_free_faults_touching_the_block() {
         );
     }
 }
+
+#[test]
+fn at_the_mapping_limit_a_cached_piece_that_cannot_be_made_accessible_is_not_handed_out() {
+    // On both mallocs: NULL with ENOMEM, or a block that can be written.
+    // The purge delay keeps the 8 MiB mapping cached while the program
+    // fills the mappings.
+    let env = [("SLUBMALLOC_PURGE_DELAY_MS", "3600000")];
+    for preloaded in [false, true] {
+        let o = common::run_guarded(&program(), &["limit"], preloaded, &env, LIMIT);
+        let out = common::stdout(&o);
+        assert!(
+            o.status.success()
+                && (out.contains("limit written") || out.contains("limit NULL errno ENOMEM"))
+                && out.contains("after written"),
+            "preloaded: {preloaded}\n{}",
+            describe(&o)
+        );
+    }
+}
+
+#[test]
+fn with_the_protection_off_a_freed_big_block_stays_accessible() {
+    let env = [("SLUBMALLOC_PROTECT_FREED_LARGE", "0")];
+    let o = common::run_guarded(&program(), &["write", "8192"], true, &env, LIMIT);
+    assert!(
+        o.status.success() && common::stdout(&o).contains("survived"),
+        "{}",
+        describe(&o)
+    );
+}
