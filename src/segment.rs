@@ -293,9 +293,9 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     s.count += 1;
     push_free(s, seg);
     set_mapped(seg as usize, true);
-    crate::counters::global()
-        .segments
-        .fetch_add(1, Ordering::Relaxed);
+    let g = crate::counters::global();
+    g.segments.fetch_add(1, Ordering::Relaxed);
+    g.mapped_changed(SEGMENT_BYTES as i64);
     seg
 }
 
@@ -370,6 +370,7 @@ fn purge_segments_locked(s: &mut Segments, cutoff: u64) -> bool {
             os::unmap(seg.cast(), SEGMENT_BYTES);
             let g = crate::counters::global();
             g.segments.fetch_sub(1, Ordering::Relaxed);
+            g.mapped_changed(-(SEGMENT_BYTES as i64));
             // Relaxed: a statistics counter.
             os::PURGED_BYTES.fetch_add(dirty, Ordering::Relaxed);
         } else {
