@@ -1,7 +1,7 @@
 //! A multithreaded Rust workload timed under slubmalloc and under
-//! `std::alloc::System`, interleaved in one run (issue 2).
+//! `std::alloc::System`, interleaved in one run.
 //!
-//!     cargo run --release --example mt_workload -- [--threads T] [--rounds R] [--scale S]
+//!     cargo run --release -p slubmalloc-programs --bin mt_workload -- [--threads T] [--rounds R] [--scale S]
 //!
 //! The program is its own driver: it starts itself R times per allocator,
 //! alternating (system, slubmalloc, slubmalloc, system, ...), each child with
