@@ -34,7 +34,11 @@ fn is_text_source(p: &Path) -> bool {
     matches!(
         ext.as_deref(),
         Some("rs" | "c" | "cpp" | "h" | "sh" | "py" | "md" | "toml")
-    ) || (p.parent().is_some_and(|d| d.ends_with(".ci")) && name == "run")
+    ) || (p
+        .parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|d| d == ".ci")
+        && name == "run")
 }
 
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
