@@ -12,8 +12,8 @@
 //! does not allocate), so no block ever crosses from one allocator to the
 //! other. Both allocators pay the same predictable branch.
 //!
-//! The load, per thread and per round of work: build a Vec<String> of
-//! formatted strings, a BTreeMap<String, Vec<u8>> and a HashMap<u64, String>
+//! The load, per thread and per round of work: build a `Vec<String>` of
+//! formatted strings, a `BTreeMap<String, Vec<u8>>` and a `HashMap<u64, String>`
 //! from them, look things up, and drop most of it; half the strings are sent
 //! to the next thread, which frees them (cross-thread frees).
 
