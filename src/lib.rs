@@ -90,6 +90,7 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod anchor;
 mod background;
 mod counters;
 mod debug;

@@ -18,5 +18,6 @@ mod preload_contract;
 mod preload_real_programs;
 mod preload_threads;
 mod secure_mode;
+mod slubtop;
 mod stats_dump;
 mod valgrind;
