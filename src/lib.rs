@@ -100,9 +100,11 @@ mod ffi;
 mod fmt;
 mod fork;
 mod freelist;
+mod glibc_info;
 mod heap;
 mod init;
 mod large;
+mod large_map;
 #[cfg(feature = "nightly")]
 mod nightly;
 mod node;
