@@ -22,7 +22,9 @@ Every variant is built with cargo into one target tree (target/measure: the
 dependencies compile once), its artifact copied to
 target/measure/variants/LABEL/. What is built (--build):
   preload       libslubmalloc.so (--features override), run by LD_PRELOAD (default)
-  example:NAME  the crate's example NAME; COMMAND names it {exe}
+  program:NAME  the program NAME of tests/programs/ (a Rust program with
+                slubmalloc as its global allocator; at a revision from before
+                that package, the crate's example NAME); COMMAND names it {exe}
   bench:NAME    the benches package's bench NAME; COMMAND names it {exe}
 The C workloads (benches/c/*.c, with the shared benches/c/bench.h) are built
 into target/measure/bin/, which COMMAND names {bin}.
@@ -228,7 +230,7 @@ def cargo_json_executable(out, name):
 
 
 def build(v, what):
-    """Builds variant `v`'s artifact (`what`: preload, example:NAME, bench:NAME)."""
+    """Builds variant `v`'s artifact (`what`: preload, program:NAME, bench:NAME)."""
     if v.peer:
         if what != "preload":
             die(f"{v.spec}: a peer has no {what}")
@@ -270,10 +272,18 @@ def build(v, what):
         src = os.path.join(target, "release", "libslubmalloc.so")
         v.lib = os.path.join(dest, "libslubmalloc.so")
         shutil.copy2(src, v.lib)
-    elif kind == "example":
-        sh(["cargo", "build", "--quiet", "--example", name, *fargs, *common], env=env)
+    elif kind == "program":
+        if os.path.exists(os.path.join(tree, "tests", "programs", "Cargo.toml")):
+            # The variant's features are the allocator's, not the package's.
+            pfargs = ["--features", ",".join(f"slubmalloc/{f}" for f in v.features)] if v.features else []
+            sh(["cargo", "build", "--quiet", "-p", "slubmalloc-programs", "--bin", name, *pfargs, *common],
+               env=env)
+            built = os.path.join(target, "release", name)
+        else:
+            sh(["cargo", "build", "--quiet", "--example", name, *fargs, *common], env=env)
+            built = os.path.join(target, "release", "examples", name)
         v.exe = os.path.join(dest, name)
-        shutil.copy2(os.path.join(target, "release", "examples", name), v.exe)
+        shutil.copy2(built, v.exe)
     elif kind == "bench":
         out = sh(["cargo", "bench", "-p", "slubmalloc-benches", "--bench", name, "--no-run",
                   "--message-format=json", *fargs, *common[1:]], env=env, capture_output=True, text=True).stdout
@@ -283,7 +293,7 @@ def build(v, what):
         v.exe = os.path.join(dest, name)
         shutil.copy2(exe, v.exe)
     else:
-        die(f"--build {what}: preload, example:NAME or bench:NAME")
+        die(f"--build {what}: preload, program:NAME or bench:NAME")
     return True
 
 

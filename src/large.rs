@@ -31,8 +31,8 @@ use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
 /// (`benches/c/large_replace.c`), a quarter of the live bytes held the
 /// block just freed and the pieces of its predecessors, but evicted the
 /// pieces a later request would have fitted: half took 0.66x the time and
-/// 0.6x the page faults, for 2% more peak resident memory (README,
-/// "Memory").
+/// 0.6x the page faults, for 2% more peak resident memory
+/// (bench/report/HISTORY.md).
 const CACHE_SLOTS: usize = 32;
 // `best_cached` keeps a slot's index in the low bits of a page count.
 const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES);
