@@ -2,7 +2,8 @@
 //! writing to a file descriptor, and the one way slubmalloc dies. Other
 //! system calls stay with the code they serve: the futex in `sync`, the
 //! pthread key and `sched_yield` in `init`, `pthread_atfork` in `fork`, the
-//! signal handler and the report files in `report`.
+//! signal handler in `report`. The files the environment names (the report,
+//! the profile) are opened here, by one function with one policy.
 //!
 //! Nothing here allocates. Every function keeps the caller's `errno` unless it
 //! says otherwise, so `free` can promise to leave `errno` alone.
@@ -135,6 +136,23 @@ pub fn remap(p: *mut u8, old_bytes: usize, new_bytes: usize) -> *mut u8 {
     q.cast()
 }
 
+/// Makes `p..p + bytes` (whole pages the caller owns) inaccessible, so that
+/// any read or write there faults, or (`accessible`) readable and writable
+/// again; its pages and their contents stay as they are. Changing part of a
+/// kernel mapping splits it: false if the kernel refuses (ENOMEM past
+/// `vm.max_map_count` mappings); errno is kept.
+pub fn protect(p: *mut u8, bytes: usize, accessible: bool) -> bool {
+    let _keep = ErrnoGuard::save();
+    let prot = if accessible {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_NONE
+    };
+    // SAFETY: the caller owns the range and holds no references into it
+    // while it is inaccessible.
+    unsafe { libc::mprotect(p.cast(), bytes, prot) == 0 }
+}
+
 /// Moves the mapping `p..p + bytes` to `to` (MREMAP_FIXED: what was mapped
 /// there goes); its pages go along. False if the kernel refuses, e.g. with
 /// EFAULT for a range that spans two kernel mappings; errno is kept.
@@ -263,6 +281,53 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) {
         }
         bytes = &bytes[n as usize..];
     }
+}
+
+/// How `open_named_file` treats what the file holds already.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    Append,
+    Replace,
+}
+
+/// Opens for writing a file whose path came from the environment (the
+/// report's, the profile's), so that a user who can write to a directory
+/// on the path cannot choose where the output goes: a symbolic link as the
+/// last component is not followed (O_NOFOLLOW), and a file that another
+/// user owns (planted there beforehand, in `/tmp` say) is refused and left
+/// as it was. A new file is created with `mode` less the umask.
+/// Close-on-exec. -1 if refused.
+pub fn open_named_file(path: &core::ffi::CStr, existing: Existing, mode: u32) -> i32 {
+    let _keep = ErrnoGuard::save();
+    let append = match existing {
+        Existing::Append => libc::O_APPEND,
+        Existing::Replace => 0,
+    };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW | append;
+    // SAFETY: `path` is NUL-terminated.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, mode) };
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: a zeroed stat is a valid out-parameter; `fd` is ours;
+    // geteuid has no preconditions.
+    let ours = unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_uid == libc::geteuid()
+    };
+    if !ours {
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        return -1;
+    }
+    if existing == Existing::Replace {
+        // Emptied only now that it is known to be ours (O_TRUNC would
+        // empty anyone's). Fails only where there is nothing to empty (a
+        // device, a pipe).
+        // SAFETY: `fd` is ours.
+        unsafe { libc::ftruncate(fd, 0) };
+    }
+    fd
 }
 
 /// The one way slubmalloc stops a process: one line on stderr naming the
