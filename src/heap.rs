@@ -92,12 +92,13 @@ pub struct Heap {
     warm: Cell<u64>,
     /// Per class, objects taken from shared slabs while the class was cold.
     pub shared_taken: [Cell<u8>; NUM_CLASSES],
-    /// Per class, for `release::retire_idle_active`: the class heap's
-    /// allocations (fast and slow, truncated) when the heap last took a
-    /// slab from a segment; how many times in a row it had made none; its
-    /// frees when its active slab was last counted.
+    /// Per class, for `release::retire_idle_active` (all truncated): the
+    /// class heap's allocations, fast and slow, when the heap last took a
+    /// slab from a segment; the heap's allocations, all classes, when the
+    /// class's last changed; the class's frees when its active slab was
+    /// last counted.
     pub idle_allocs: [Cell<u32>; NUM_CLASSES],
-    pub idle_checks: [Cell<u8>; NUM_CLASSES],
+    pub idle_since: [Cell<u32>; NUM_CLASSES],
     pub idle_frees: [Cell<u32>; NUM_CLASSES],
 }
 
@@ -230,7 +231,7 @@ impl Heap {
         }
         for class in 0..NUM_CLASSES {
             self.idle_allocs[class].set(0);
-            self.idle_checks[class].set(0);
+            self.idle_since[class].set(0);
             self.idle_frees[class].set(0);
         }
         self.warm.set(0);
@@ -281,7 +282,7 @@ impl Heap {
             warm: Cell::new(0),
             shared_taken: [const { Cell::new(0) }; NUM_CLASSES],
             idle_allocs: [const { Cell::new(0) }; NUM_CLASSES],
-            idle_checks: [const { Cell::new(0) }; NUM_CLASSES],
+            idle_since: [const { Cell::new(0) }; NUM_CLASSES],
             idle_frees: [const { Cell::new(0) }; NUM_CLASSES],
         }
     }

@@ -175,8 +175,8 @@ fn an_emptied_slab_serves_another_class_at_once() {
 /// 3,500 bytes filling four slabs, all freed (the last one, the class's
 /// active slab, stays with the thread), then blocks of eight other sizes
 /// that take slabs from segments: the idle class's empty active slab goes
-/// back to its segment at the second take that finds the class unused, and
-/// serves the other sizes. An idle class whose active slab holds live blocks (the
+/// back to its segment at the first take after 4,096 allocations of other
+/// classes, and serves the other sizes. An idle class whose active slab holds live blocks (the
 /// last 5 of 45 blocks of 3,000 bytes) keeps it, and its node list is left
 /// as it was.
 #[test]
@@ -199,7 +199,7 @@ fn an_idle_class_gives_its_empty_active_slab_back() {
     assert_eq!((c.objects_in_use, c.slabs), (0, 1), "{c:?}");
     let mut others = Vec::new();
     for size in [100, 200, 300, 600, 900, 1200, 1600, 2500] {
-        let n = 2 * size_of_class(size).objects_per_slab;
+        let n = 6 * size_of_class(size).objects_per_slab;
         others.extend((0..n).map(|_| vec![2u8; size].into_boxed_slice()));
     }
     let c = size_of_class(3500);
@@ -235,6 +235,36 @@ fn a_few_emptied_slabs_start_no_purger() {
         .collect();
     let t = slubmalloc::stats().totals;
     assert_eq!((t.purger_starts, t.purges), (0, 0), "{t:?}");
+    drop(others);
+}
+
+/// A class a thread uses a little but regularly keeps its active slab:
+/// one block of 3,500 bytes allocated and freed after every 100 blocks of
+/// other sizes, which take slabs from segments all along (about one every
+/// 90 blocks): the class's empty active slab is not given back between
+/// its uses, so it takes no new slab.
+#[test]
+fn a_class_used_a_little_but_regularly_keeps_its_active_slab() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let size_of_class = |size| *slubmalloc::stats().cache_for_size(size).unwrap();
+    // Past the 32 blocks a cold class takes from shared slabs.
+    drop(
+        (0..40)
+            .map(|_| vec![1u8; 3500].into_boxed_slice())
+            .collect::<Vec<_>>(),
+    );
+    let before = size_of_class(3500);
+    let mut others = Vec::new();
+    for i in 0..20_000 {
+        others.push(vec![2u8; 200 + (i % 8) * 150].into_boxed_slice());
+        if i % 100 == 0 {
+            drop(vec![1u8; 3500].into_boxed_slice());
+        }
+    }
+    let c = size_of_class(3500);
+    assert_eq!(c.slabs_allocated, before.slabs_allocated, "{c:?}");
     drop(others);
 }
 
