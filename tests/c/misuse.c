@@ -21,9 +21,14 @@
  *   cancel      as remote_new, in a thread with a cancellation pending
  *               (the message is written, write(2) being a cancellation
  *               point, and the process stopped, not the thread cancelled)
+ *   exiting     as warm, the whole case in a pthread key destructor of an
+ *               exiting thread that runs after the allocator's own: its
+ *               blocks come from the orphan heap, whose frees take the
+ *               slow path
  *
  * OP is what is done to the misused pointer: `free` (the default),
- * `realloc` (realloc(p, 20)), `usable` (malloc_usable_size), and for the
+ * `realloc` (realloc(p, n) with n the case's block size, in place if p
+ * were valid, or 20), `usable` (malloc_usable_size), and for the
  * cases that corrupt a free list, `alloc` (allocate the class again until
  * the corrupted block comes up; the default there) or `trim`
  * (malloc_trim(0), which hands the thread's lists to the node lists).
@@ -56,7 +61,8 @@
  *   overwritten_link       free(p), then p's first word (the free-list
  *                          link) overwritten with data
  *   overflow               (SLUBMALLOC_DEBUG=1) p[24] written past
- *                          malloc(24): the red zone
+ *                          malloc(24), a block freed and allocated again:
+ *                          the red zone
  *   overflow_size_word     (SLUBMALLOC_DEBUG=1) bytes 39..48 of
  *                          malloc(39) written with 0xff: the red zone and
  *                          the size word behind it, in a 48-byte slot
@@ -88,7 +94,9 @@ static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
 
 static int warm(void) { return !is(where, "cold"); }
 
-static int remote(void) { return !is(where, "cold") && !is(where, "warm"); }
+static int remote(void) {
+    return !is(where, "cold") && !is(where, "warm") && !is(where, "exiting");
+}
 
 static void *must_malloc(size_t n) {
     char *p = malloc(n);
@@ -126,7 +134,8 @@ static void do_op(void) {
     if (is(op, "free")) {
         free(target);
     } else if (is(op, "realloc")) {
-        target = realloc(target, 20);
+        /* A block's own size stays in its class: realloc in place. */
+        target = realloc(target, size ? size : 20);
     } else if (is(op, "usable")) {
         printf("usable %zu\n", malloc_usable_size(target));
     } else if (is(op, "alloc")) {
@@ -186,12 +195,8 @@ static void free_reused(void) {
         free(reused[i]);
 }
 
-int main(int argc, char **argv) {
-    if (argc < 3)
-        return 2;
-    const char *c = argv[1];
-    where = argv[2];
-    op = argc > 3 ? argv[3] : "free";
+/* Sets up case `c` and commits its misuse; returns the exit status. */
+static int run_case(const char *c, int argc) {
     void (*misuse)(void) = do_op; /* the last step, in another thread if remote */
     /* This thread's heap, created by its first allocation, which the heap
      * profile does not sample: the blocks below may be sampled. */
@@ -310,6 +315,8 @@ int main(int argc, char **argv) {
     } else if (is(c, "overflow")) {
         size = 24;
         warm_up();
+        /* A block reused off a free list: its link word was cleared. */
+        free(must_malloc(size));
         target = must_malloc(size);
         announce(target);
         target[24] = 1;
@@ -349,4 +356,39 @@ int main(int argc, char **argv) {
     in_thread(misuse, remote());
     puts("survived");
     return 0;
+}
+
+static const char *exiting_case;
+static int exiting_argc;
+
+static void run_while_exiting(void *value) {
+    (void)value;
+    exit(run_case(exiting_case, exiting_argc));
+}
+
+static void *exiting_thread(void *key) {
+    /* Any value but null: the destructor runs at this thread's exit. */
+    pthread_setspecific(*(pthread_key_t *)key, key);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3)
+        return 2;
+    where = argv[2];
+    op = argc > 3 ? argv[3] : "free";
+    if (!is(where, "exiting"))
+        return run_case(argv[1], argc);
+    /* The allocator's key was created at its first call, before this one,
+     * so its destructor runs first in each round. */
+    static pthread_key_t key;
+    exiting_case = argv[1];
+    exiting_argc = argc;
+    if (pthread_key_create(&key, run_while_exiting) != 0)
+        return 3;
+    pthread_t t;
+    if (pthread_create(&t, NULL, exiting_thread, &key) != 0)
+        return 3;
+    pthread_join(t, NULL);
+    return 4; /* run_while_exiting exits */
 }

@@ -6,7 +6,8 @@
 //! carries that address. A case runs in every allocator state it can meet
 //! (WHERE): a cold class (blocks from shared slabs under the node lock), a
 //! warm one (an owned active slab: the fast paths), and from another thread
-//! (with a heap already, with none yet, with a cancellation pending), so
+//! (with a heap already, with none yet, with a cancellation pending), and
+//! in a thread past the allocator's own thread exit (the orphan heap), so
 //! that a check moved or removed on any path fails a test named for the
 //! misuse; a failure names the state. The README's "Misuse" section maps
 //! each check of the allocator to the test that fails without it.
@@ -28,8 +29,9 @@ use std::time::Duration;
 
 const SIGABRT: i32 = 6;
 
-/// Every allocator state a misuse can meet (`misuse.c`'s WHERE).
-const EVERYWHERE: &[&str] = &["cold", "warm", "remote", "remote_new"];
+/// Every allocator state a misuse can meet (`misuse.c`'s WHERE; `cancel`
+/// has a test of its own).
+const EVERYWHERE: &[&str] = &["cold", "warm", "remote", "remote_new", "exiting"];
 /// The states of a misuse in one thread, and from another.
 const COLD_WARM_REMOTE: &[&str] = &["cold", "warm", "remote"];
 
@@ -284,8 +286,13 @@ fn realloc_and_usable_size_of_an_invalid_pointer_are_stopped() {
         for case in ["interior", "never_carved", "double_free_emptied"] {
             stopped_with(case, COLD_WARM_REMOTE, op, &[], INVALID, 0);
         }
+        // Not in a segment: the message names the call.
+        let names: &[&str] = match op {
+            "realloc" => &["realloc of an invalid pointer"],
+            _ => &["malloc_usable_size of an invalid pointer"],
+        };
         for case in ["interior_large", "stack", "made_up"] {
-            stopped_with(case, &["cold"], op, &[], INVALID, 0);
+            stopped_with(case, &["cold"], op, &[], names, 0);
         }
     }
 }
@@ -334,6 +341,16 @@ fn debug_mode_stops_a_one_byte_overflow_at_free() {
     // The message may name the block or the overwritten byte (block + 24).
     let names = &["overflow", "red zone", "redzone"];
     stopped_with("overflow", EVERYWHERE, "free", DEBUG, names, 24);
+    // A sampled block comes from the profile's own slabs.
+    let debug_and_profile = [DEBUG, PROFILE_EVERY_BLOCK].concat();
+    stopped_with(
+        "overflow",
+        COLD_WARM_REMOTE,
+        "free",
+        &debug_and_profile,
+        names,
+        24,
+    );
 }
 
 #[test]
