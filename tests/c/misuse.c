@@ -58,8 +58,10 @@
  *   stack, global          a stack array, a global array
  *   made_up                an unmapped address nobody allocated
  *   foreign_mmap           a page the program mapped itself
- *   overwritten_link       free(p), then p's first word (the free-list
- *                          link) overwritten with data
+ *   overwritten_link       free(p); free(q); then p's first word (the
+ *                          free-list link) overwritten with data; q, the
+ *                          list's head, if handed out again, is reported
+ *                          on stdout ("handed out")
  *   overflow               (SLUBMALLOC_DEBUG=1) p[24] written past
  *                          malloc(24), a block freed and allocated again:
  *                          the red zone
@@ -87,6 +89,7 @@
 
 static const char *where, *op;
 static char *volatile target; /* the misused pointer */
+static char *volatile second; /* overwritten_link: freed after it */
 static size_t size;           /* its class's request size */
 static char global_buffer[256];
 
@@ -125,8 +128,13 @@ static void announce(void *p) {
 /* Allocates the class again until the block at `target` would have come up. */
 void *held[AGAIN];
 static void allocate_again(void) {
-    for (int i = 0; i < AGAIN; i++)
+    for (int i = 0; i < AGAIN; i++) {
         held[i] = malloc(size);
+        if (second && held[i] == second) {
+            printf("handed out %p\n", held[i]);
+            fflush(stdout);
+        }
+    }
 }
 
 /* OP, on `target`. */
@@ -183,6 +191,7 @@ static void free_target_and_exit(void) {
 
 static void free_and_overwrite_target(void) {
     free(target);
+    free(second); /* the list's head now, the target behind it */
     uint64_t data = 0x4141414141414141ull;
     memcpy(target, &data, sizeof data);
 }
@@ -198,9 +207,6 @@ static void free_reused(void) {
 /* Sets up case `c` and commits its misuse; returns the exit status. */
 static int run_case(const char *c, int argc) {
     void (*misuse)(void) = do_op; /* the last step, in another thread if remote */
-    /* This thread's heap, created by its first allocation, which the heap
-     * profile does not sample: the blocks below may be sampled. */
-    free(must_malloc(400));
     if (is(c, "double_free") || is(c, "double_free_exit")) {
         size = 48;
         warm_up();
@@ -305,9 +311,10 @@ static int run_case(const char *c, int argc) {
             op = "alloc";
         warm_up();
         target = must_malloc(size);
+        second = must_malloc(size);
         announce(target);
-        /* Remote: another thread frees it and overwrites its link; this
-         * thread's refill then takes it off the slab's remote list. */
+        /* Remote: another thread frees them and overwrites the link; this
+         * thread's refill then takes them off the slab's remote list. */
         in_thread(free_and_overwrite_target, remote());
         do_op();
         puts("survived");
@@ -367,6 +374,7 @@ static void run_while_exiting(void *value) {
 }
 
 static void *exiting_thread(void *key) {
+    free(must_malloc(100)); /* a heap, for the allocator's destructor */
     /* Any value but null: the destructor runs at this thread's exit. */
     pthread_setspecific(*(pthread_key_t *)key, key);
     return NULL;
@@ -377,10 +385,13 @@ int main(int argc, char **argv) {
         return 2;
     where = argv[2];
     op = argc > 3 ? argv[3] : "free";
+    /* This thread's heap, created by its first allocation, which the heap
+     * profile does not sample: the blocks of the case may be sampled. */
+    free(must_malloc(400));
     if (!is(where, "exiting"))
         return run_case(argv[1], argc);
-    /* The allocator's key was created at its first call, before this one,
-     * so its destructor runs first in each round. */
+    /* The allocator created its thread-exit key at its first call, just
+     * now, before this one: its destructor runs first in each round. */
     static pthread_key_t key;
     exiting_case = argv[1];
     exiting_argc = argc;

@@ -322,6 +322,27 @@ fn an_allocation_that_pops_a_block_whose_link_was_overwritten_is_stopped() {
 }
 
 #[test]
+fn debug_mode_stops_the_refill_that_takes_an_overwritten_list_before_handing_out_its_head() {
+    // Another thread freed the block and then a second one, the head of the
+    // slab's remote list; this thread's refill takes that list, and debug
+    // mode follows it whole before handing out any block of it.
+    stopped_with(
+        "overwritten_link",
+        &["remote"],
+        "alloc",
+        DEBUG,
+        CORRUPTED,
+        0,
+    );
+    let o = run("overwritten_link", "remote", "alloc", DEBUG);
+    assert!(
+        !common::stdout(&o).contains("handed out"),
+        "the refill handed out a block of a corrupted list\n{}",
+        describe(&o)
+    );
+}
+
+#[test]
 fn a_trim_that_meets_a_block_whose_link_was_overwritten_is_stopped() {
     stopped_with(
         "overwritten_link",
