@@ -1,17 +1,15 @@
 //! Robustness of the preloaded library: allocation before main and during
 //! exit, from pthread key and C++ `thread_local` destructors, across threads,
-//! across fork, from thousands of short-lived threads, and misuse that must
-//! end in a clear abort rather than a crash inside the allocator.
+//! across fork, from thousands of short-lived threads (misuse, which must end
+//! in a clear abort rather than a crash inside the allocator: `misuse.rs`).
 //!
 //! Every program runs with a deadline (`run_with_deadline`): a hang kills the
 //! whole process group and fails the test instead of blocking it.
 
 use crate::common;
 
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -185,81 +183,4 @@ fn thousands_of_short_lived_threads_reuse_the_memory_of_dead_ones() {
         rss_kib < 64 * 1024,
         "resident {rss_kib} KiB after 2000 threads"
     );
-}
-
-fn invalid_free_exe() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| common::compile_c("preload_invalid_free", &[]))
-        .clone()
-}
-
-/// Runs one misuse case: it must abort (SIGABRT, not SIGSEGV) with one line
-/// starting "slubmalloc: " that names the pointer; returns that line.
-fn aborts_with_message(case: &str) -> String {
-    let o = run(&invalid_free_exe(), &[case], true, &[]);
-    let out = common::stdout(&o);
-    let err = common::stderr(&o);
-    assert!(
-        !out.contains("survived"),
-        "{case}: the misuse went unnoticed"
-    );
-    assert_eq!(
-        o.status.signal(),
-        Some(libc::SIGABRT),
-        "{case}: expected an abort, got {}\n{err}",
-        o.status
-    );
-    assert!(err.starts_with("slubmalloc: "), "{case}: stderr {err:?}");
-    let pointer = out
-        .lines()
-        .find_map(|l| l.strip_prefix("pointer "))
-        .expect("the program prints the pointer");
-    let line = err.lines().next().unwrap().to_owned();
-    assert!(
-        line.contains(pointer),
-        "{case}: the message does not name {pointer}: {line}"
-    );
-    line
-}
-
-#[test]
-fn free_of_a_stack_address_aborts_with_a_message() {
-    let line = aborts_with_message("stack");
-    assert!(line.contains("invalid pointer"), "{line}");
-}
-
-#[test]
-fn free_of_a_global_array_aborts_with_a_message() {
-    let line = aborts_with_message("global");
-    assert!(line.contains("invalid pointer"), "{line}");
-}
-
-#[test]
-fn free_of_an_unmapped_address_aborts_with_a_message() {
-    let line = aborts_with_message("wild");
-    assert!(line.contains("invalid pointer"), "{line}");
-}
-
-#[test]
-fn free_of_memory_mapped_by_the_program_aborts_with_a_message() {
-    let line = aborts_with_message("foreign_mmap");
-    assert!(line.contains("invalid pointer"), "{line}");
-}
-
-#[test]
-fn free_of_an_interior_pointer_aborts_with_a_message() {
-    assert!(aborts_with_message("interior_small").contains("invalid pointer"));
-    assert!(aborts_with_message("interior_large").contains("invalid pointer"));
-}
-
-#[test]
-fn realloc_and_malloc_usable_size_of_a_stack_address_abort_with_a_message() {
-    assert!(aborts_with_message("realloc_stack").contains("realloc"));
-    assert!(aborts_with_message("usable_stack").contains("malloc_usable_size"));
-}
-
-#[test]
-fn double_free_aborts_with_a_message() {
-    assert!(aborts_with_message("double_small").contains("double free"));
-    assert!(aborts_with_message("double_large").contains("double free"));
 }

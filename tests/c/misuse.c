@@ -1,0 +1,411 @@
+/* Every heap misuse the allocator must stop, as one program:
+ *
+ *     misuse CASE WHERE [OP]
+ *
+ * sets up CASE, prints the address it is about to misuse (`%p`, the first
+ * line of stdout), then misuses it with OP; a process that gets past the
+ * misuse prints "survived". tests/processes/misuse.rs runs it with the
+ * allocator preloaded and expects death by SIGABRT after one
+ * "slubmalloc: " line that names the misuse and that address.
+ *
+ * WHERE is the allocator state the misuse meets:
+ *   cold        the class is cold in the thread: its few blocks come from
+ *               shared slabs under the node lock (`src/shared.rs`)
+ *   warm        the thread first allocates WARM blocks of the class and
+ *               keeps them, so the class has an owned active slab and the
+ *               misuse meets the fast paths
+ *   remote      as warm, but the misuse (the last free, or the free and the
+ *               write after it) is done by another thread, one that has
+ *               allocated before
+ *   remote_new  as remote, by a thread whose first allocator call it is
+ *   cancel      as remote_new, in a thread with a cancellation pending
+ *               (the message is written, write(2) being a cancellation
+ *               point, and the process stopped, not the thread cancelled)
+ *   exiting     as warm, the whole case in a pthread key destructor of an
+ *               exiting thread that runs after the allocator's own: its
+ *               blocks come from the orphan heap, whose frees take the
+ *               slow path
+ *
+ * OP is what is done to the misused pointer: `free` (the default),
+ * `realloc` (realloc(p, n) with n the case's block size, in place if p
+ * were valid, or 20), `usable` (malloc_usable_size), and for the
+ * cases that corrupt a free list, `alloc` (allocate the class again until
+ * the corrupted block comes up; the default there) or `trim`
+ * (malloc_trim(0), which hands the thread's lists to the node lists).
+ *
+ * CASE (the block sizes are chosen so that a cold class stays cold: libc
+ * and this program allocate few blocks of them):
+ *   double_free            free(a); free(a)
+ *   double_free_between    free(a); free(b); free(a)
+ *   double_free_exit       free(a); free(a); exit(0) at once, "survived"
+ *                          never printed: the second free must stop it
+ *   double_free_after_remote   another thread frees a; then free(a)
+ *   double_free_full_slab  a in a slab that filled up and left the heap
+ *                          (warm: blocks are allocated until the next one
+ *                          comes from another slab); free(a); free(a)
+ *   double_free_flushed    free(a); malloc_trim(0) (a goes back to its
+ *                          slab on the node list, b keeps the slab in use);
+ *                          free(a)
+ *   double_free_emptied    every block of a's slab freed, so that the slab
+ *                          went back to its segment (cold: a and b, then
+ *                          malloc_trim(0); warm: forty slabs' worth); free(a)
+ *   double_free_large      a 1 MiB block (its own mapping) freed twice
+ *   interior               p + 8 of malloc(64)
+ *   interior_large         p + 4096 of malloc(1 MiB)
+ *   never_carved           p + 16384 for p = malloc(16): the start of a
+ *                          slot of p's slab that was never carved (slabs
+ *                          carve a page at a time), so never handed out
+ *   stack, global          a stack array, a global array
+ *   made_up                an unmapped address nobody allocated
+ *   foreign_mmap           a page the program mapped itself
+ *   overwritten_link       free(p); free(q); then p's first word (the
+ *                          free-list link) overwritten with data; q, the
+ *                          list's head, if handed out again, is reported
+ *                          on stdout ("handed out")
+ *   overflow               (SLUBMALLOC_DEBUG=1) p[24] written past
+ *                          malloc(24), a block freed and allocated again:
+ *                          the red zone
+ *   overflow_size_word     (SLUBMALLOC_DEBUG=1) bytes 39..48 of
+ *                          malloc(39) written with 0xff: the red zone and
+ *                          the size word behind it, in a 48-byte slot
+ *   write_after_free       (SLUBMALLOC_DEBUG=1) p[8] written after
+ *                          free(p): the poison, checked on reuse
+ *   untouched              no misuse (a control): blocks that come back
+ *                          off the free lists are freed without being
+ *                          written, by their thread and by another one;
+ *                          prints "survived" and exits 0 */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define WARM 200
+#define AGAIN 4096
+#define EMPTIED (65 * 40) /* forty slabs of 1000-byte blocks */
+
+static const char *where, *op;
+static char *volatile target; /* the misused pointer */
+static char *volatile second; /* overwritten_link: freed after it */
+static size_t size;           /* its class's request size */
+static char global_buffer[256];
+
+static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
+
+static int warm(void) { return !is(where, "cold"); }
+
+static int remote(void) {
+    return !is(where, "cold") && !is(where, "warm") && !is(where, "exiting");
+}
+
+static void *must_malloc(size_t n) {
+    char *p = malloc(n);
+    if (!p) {
+        perror("malloc");
+        exit(2);
+    }
+    p[0] = 1;
+    return p;
+}
+
+/* WARM blocks of the misused class, kept: the class gets its own slab. */
+void *kept[WARM];
+static void warm_up(void) {
+    if (!warm())
+        return;
+    for (int i = 0; i < WARM; i++)
+        kept[i] = must_malloc(size);
+}
+
+static void announce(void *p) {
+    printf("%p\n", p);
+    fflush(stdout);
+}
+
+/* Allocates the class again until the block at `target` would have come up. */
+void *held[AGAIN];
+static void allocate_again(void) {
+    for (int i = 0; i < AGAIN; i++) {
+        held[i] = malloc(size);
+        if (second && held[i] == second) {
+            printf("handed out %p\n", held[i]);
+            fflush(stdout);
+        }
+    }
+}
+
+/* OP, on `target`. */
+static void do_op(void) {
+    if (is(op, "free")) {
+        free(target);
+    } else if (is(op, "realloc")) {
+        /* A block's own size stays in its class: realloc in place. */
+        target = realloc(target, size ? size : 20);
+    } else if (is(op, "usable")) {
+        printf("usable %zu\n", malloc_usable_size(target));
+    } else if (is(op, "alloc")) {
+        allocate_again();
+    } else if (is(op, "trim")) {
+        malloc_trim(0);
+    } else {
+        fprintf(stderr, "unknown op %s\n", op);
+        exit(2);
+    }
+}
+
+static void (*thread_step)(void);
+
+static void *thread_main(void *arg) {
+    (void)arg;
+    /* This thread has a heap now; 400 bytes, a class main has a slab of
+     * (`main`), so that no slab is taken that a case has just freed. */
+    if (is(where, "remote"))
+        free(must_malloc(400));
+    if (is(where, "cancel"))
+        pthread_cancel(pthread_self()); /* deferred: pending until write(2) */
+    thread_step();
+    return NULL;
+}
+
+/* `step` in another thread if `thread` (`where` says which kind), else in
+ * this one. */
+static void in_thread(void (*step)(void), int thread) {
+    if (!thread) {
+        step();
+        return;
+    }
+    thread_step = step;
+    pthread_t t;
+    if (pthread_create(&t, NULL, thread_main, NULL) != 0)
+        exit(3);
+    pthread_join(t, NULL);
+}
+
+static void free_target(void) { free(target); }
+
+static void free_target_and_exit(void) {
+    free(target);
+    exit(0);
+}
+
+static void free_and_overwrite_target(void) {
+    free(target);
+    free(second); /* the list's head now, the target behind it */
+    uint64_t data = 0x4141414141414141ull;
+    memcpy(target, &data, sizeof data);
+}
+
+/* Blocks reused off the free lists, freed unwritten (the `untouched`
+ * control): a stale link left in one would look like a free block. */
+static void *reused[WARM];
+static void free_reused(void) {
+    for (int i = 0; i < WARM; i++)
+        free(reused[i]);
+}
+
+/* Sets up case `c` and commits its misuse; returns the exit status. */
+static int run_case(const char *c, int argc) {
+    void (*misuse)(void) = do_op; /* the last step, in another thread if remote */
+    if (is(c, "double_free") || is(c, "double_free_exit")) {
+        size = 48;
+        warm_up();
+        target = must_malloc(size);
+        announce(target);
+        free(target);
+        if (is(c, "double_free_exit"))
+            misuse = free_target_and_exit;
+    } else if (is(c, "double_free_between")) {
+        size = 48;
+        warm_up();
+        target = must_malloc(size);
+        char *b = must_malloc(size);
+        announce(target);
+        free(target);
+        free(b);
+    } else if (is(c, "double_free_after_remote")) {
+        size = 3000;
+        warm_up();
+        target = must_malloc(size);
+        must_malloc(size); /* keeps the slab in use */
+        announce(target);
+        /* The first free from a thread of its own: cold or warm, the block
+         * sits on a list of a slab this thread did not free it into. */
+        const char *w = where;
+        where = "remote";
+        in_thread(free_target, 1);
+        where = w;
+    } else if (is(c, "double_free_full_slab")) {
+        size = 48;
+        warm_up();
+        target = must_malloc(size);
+        if (warm()) {
+            uintptr_t slab = (uintptr_t)target >> 16;
+            for (int i = 0; i < 4 * 65536 / 48; i++)
+                if ((uintptr_t)must_malloc(size) >> 16 != slab)
+                    break;
+        }
+        announce(target);
+        free(target);
+    } else if (is(c, "double_free_flushed")) {
+        size = 48;
+        warm_up();
+        target = must_malloc(size);
+        must_malloc(size); /* keeps the slab in use */
+        announce(target);
+        free(target);
+        malloc_trim(0);
+    } else if (is(c, "double_free_emptied")) {
+        size = 1000;
+        static char *blocks[EMPTIED];
+        int n = warm() ? EMPTIED : 2;
+        for (int i = 0; i < n; i++)
+            blocks[i] = must_malloc(size);
+        target = blocks[n / 2];
+        announce(target);
+        for (int i = 0; i < n; i++)
+            free(blocks[i]);
+        malloc_trim(0);
+    } else if (is(c, "double_free_large")) {
+        size = 1 << 20;
+        target = must_malloc(size);
+        announce(target);
+        free(target);
+    } else if (is(c, "interior")) {
+        size = 64;
+        warm_up();
+        target = (char *)must_malloc(size) + 8;
+        announce(target);
+    } else if (is(c, "interior_large")) {
+        size = 1 << 20;
+        target = (char *)must_malloc(size) + 4096;
+        announce(target);
+    } else if (is(c, "never_carved")) {
+        size = 16;
+        warm_up();
+        target = (char *)must_malloc(size) + 16384;
+        announce(target);
+    } else if (is(c, "stack")) {
+        char stack_buffer[64];
+        memset(stack_buffer, 1, sizeof stack_buffer);
+        target = stack_buffer + 16;
+        announce(target);
+        in_thread(misuse, remote());
+        puts("survived");
+        return stack_buffer[0] - 1;
+    } else if (is(c, "global")) {
+        target = global_buffer;
+        announce(target);
+    } else if (is(c, "made_up")) {
+        target = (char *)(uintptr_t)0x123456789000ull;
+        announce(target);
+    } else if (is(c, "foreign_mmap")) {
+        char *m = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return 2;
+        target = m + 4096;
+        announce(target);
+    } else if (is(c, "overwritten_link")) {
+        size = 24;
+        if (argc <= 3)
+            op = "alloc";
+        warm_up();
+        target = must_malloc(size);
+        second = must_malloc(size);
+        announce(target);
+        /* Remote: another thread frees them and overwrites the link; this
+         * thread's refill then takes them off the slab's remote list. */
+        in_thread(free_and_overwrite_target, remote());
+        do_op();
+        puts("survived");
+        return 0;
+    } else if (is(c, "overflow")) {
+        size = 24;
+        warm_up();
+        /* A block reused off a free list, its first word left as the
+         * allocator leaves it: a stale link there would look free to the
+         * red-zone check, which leaves free blocks to the double-free one. */
+        free(must_malloc(size));
+        target = malloc(size);
+        if (!target)
+            return 2;
+        announce(target);
+        target[24] = 1;
+    } else if (is(c, "overflow_size_word")) {
+        size = 39;
+        warm_up();
+        target = must_malloc(size);
+        announce(target);
+        memset(target + 39, 0xff, 48 - 39);
+    } else if (is(c, "write_after_free")) {
+        size = 24;
+        op = "alloc";
+        warm_up();
+        target = must_malloc(size);
+        announce(target);
+        free(target);
+        target[8] = 0x41;
+        do_op();
+        puts("survived");
+        return 0;
+    } else if (is(c, "untouched")) {
+        size = 48;
+        warm_up();
+        for (int round = 0; round < 2; round++) {
+            for (int i = 0; i < WARM; i++)
+                reused[i] = malloc(size);
+            if (round == 0)
+                free_reused();
+        }
+        in_thread(free_reused, remote());
+        puts("survived");
+        return 0;
+    } else {
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
+    in_thread(misuse, remote());
+    puts("survived");
+    return 0;
+}
+
+static const char *exiting_case;
+static int exiting_argc;
+
+static void run_while_exiting(void *value) {
+    (void)value;
+    exit(run_case(exiting_case, exiting_argc));
+}
+
+static void *exiting_thread(void *key) {
+    free(must_malloc(400)); /* a heap, for the allocator's destructor */
+    /* Any value but null: the destructor runs at this thread's exit. */
+    pthread_setspecific(*(pthread_key_t *)key, key);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3)
+        return 2;
+    where = argv[2];
+    op = argc > 3 ? argv[3] : "free";
+    /* This thread's heap, created by its first allocation, which the heap
+     * profile does not sample: the blocks of the case may be sampled. */
+    free(must_malloc(400));
+    if (!is(where, "exiting"))
+        return run_case(argv[1], argc);
+    /* The allocator created its thread-exit key at its first call, just
+     * now, before this one: its destructor runs first in each round. */
+    static pthread_key_t key;
+    exiting_case = argv[1];
+    exiting_argc = argc;
+    if (pthread_key_create(&key, run_while_exiting) != 0)
+        return 3;
+    pthread_t t;
+    if (pthread_create(&t, NULL, exiting_thread, &key) != 0)
+        return 3;
+    pthread_join(t, NULL);
+    return 4; /* run_while_exiting exits */
+}
