@@ -7,7 +7,7 @@ use core::ptr;
 use crate::fastpath;
 use crate::large::{self, Freed};
 use crate::os;
-use crate::profile;
+use crate::prof::sample;
 use crate::release;
 use crate::segment;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
@@ -65,7 +65,7 @@ fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
 
 /// Zeroed allocation. Large blocks fresh from mmap are not cleared again.
 /// Inlined into Rust's `__rust_alloc_zeroed`, so that a heap profile's
-/// stacks start at its caller (see `profile::capture_stack`).
+/// stacks start at its caller (see `prof::sample::capture_stack`).
 #[cfg_attr(not(feature = "override"), inline)]
 pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
@@ -92,10 +92,10 @@ fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
     crate::background::start_if_wanted();
     let p = large::alloc(size, align, zero);
     if !p.is_null() {
-        if crate::tls::current() == crate::heap::EMPTY && profile::enabled() {
+        if crate::tls::current() == crate::heap::EMPTY && sample::enabled() {
             crate::init::create_heap();
         }
-        profile::count_large(p, size, alloc_large as *const () as usize);
+        sample::count_large(p, size, alloc_large as *const () as usize);
     }
     p
 }
@@ -152,7 +152,7 @@ unsafe fn free_by_map(p: *mut u8) {
 #[cold]
 #[inline(never)]
 fn free_large(p: *mut u8) {
-    profile::free_large(p);
+    sample::free_large(p);
     match large::free(p) {
         Freed::Ok => {}
         Freed::DoubleFree => os::fatal("double free of a large block", p as usize),
@@ -202,7 +202,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     } else {
         if align <= os::PAGE_BYTES {
             if let Some(q) = large::realloc(p, new_size) {
-                profile::realloc_large(p, q, new_size);
+                sample::realloc_large(p, q, new_size);
                 return q;
             }
         }

@@ -83,7 +83,7 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
 #[inline(never)]
 fn sampled_or_not(size: usize, align: usize, class: usize) -> *mut u8 {
     let me = sampled_or_not as *const () as usize;
-    let p = crate::profile::sample_small(class, size, align, me);
+    let p = crate::prof::sample::sample_small(class, size, align, me);
     if p.is_null() {
         crate::refill::alloc_unsampled(class, size, align)
     } else {

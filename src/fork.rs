@@ -93,8 +93,8 @@ extern "C" fn child() {
     let heap = crate::tls::current();
     crate::heap::count_threads_in_child(heap != crate::heap::EMPTY && heap != crate::heap::DEAD);
     crate::heap::repair_orphan_in_child();
-    if crate::prof_table::PROF_LOCK.is_locked() {
+    if crate::prof::table::PROF_LOCK.is_locked() {
         crate::heap::replace_prof_in_child();
-        crate::prof_table::reset_in_child();
+        crate::prof::table::reset_in_child();
     }
 }

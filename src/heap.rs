@@ -72,7 +72,7 @@ pub struct Heap {
     /// Registry links.
     pub next: Cell<*mut Heap>,
     pub prev: Cell<*mut Heap>,
-    /// The heap profile's per-thread state (`profile.rs`): bytes left
+    /// The heap profile's per-thread state (`prof/sample.rs`): bytes left
     /// before the next sample (the allocation fast path subtracts the size
     /// and takes the sampling path when it goes below zero; `i64::MAX` with
     /// profiling off), the sampling random state, the reentrancy guard.
@@ -84,7 +84,7 @@ pub struct Heap {
     pub secret: Cell<usize>,
     pub prof_rng: Cell<u64>,
     pub prof_busy: Cell<bool>,
-    /// Set while `profile::calibrate` allocates through Rust's entry points.
+    /// Set while `prof::sample::calibrate` allocates through Rust's entry points.
     pub prof_calibrating: Cell<bool>,
     /// Classes that are warm in this heap (bit `class`): the thread has
     /// owned a slab of them, or took `shared::SHARED_OBJECTS` objects. Only
@@ -313,8 +313,8 @@ pub fn orphan_heap() -> &'static Heap {
     unsafe { &*ORPHAN.load(Ordering::Relaxed) }
 }
 
-/// The heap that owns the slabs holding sampled blocks (`profile.rs`),
-/// used under `prof_table::PROF_LOCK`: `FIRST_PROF_HEAP`, or a fresh one in
+/// The heap that owns the slabs holding sampled blocks (`prof/sample.rs`),
+/// used under `prof::table::PROF_LOCK`: `FIRST_PROF_HEAP`, or a fresh one in
 /// a forked child that found it half written (`replace_prof_in_child`). No thread's
 /// heap, so every free of a sampled block misses the free fast path's owner
 /// compare and reaches `release::free_slow`, which hands it to the profile.
@@ -529,7 +529,7 @@ pub fn repair_orphan_in_child() {
 }
 
 /// In a forked child whose parent had other threads, one of which held
-/// `prof_table::PROF_LOCK` (see `fork`): the profile heap's slab lists may
+/// `prof::table::PROF_LOCK` (see `fork`): the profile heap's slab lists may
 /// be half written, so a fresh heap takes its place, as for the orphan
 /// heap. The old one's slabs keep their owner, which is no heap's any more:
 /// frees into them take the remote path and are leaked, never handed out

@@ -70,7 +70,7 @@ pub fn create_heap() -> *mut Heap {
         r.threads_alive += 1;
     });
     // SAFETY: `mem` is the heap just made ours.
-    crate::profile::thread_start(unsafe { &*mem });
+    crate::prof::sample::thread_start(unsafe { &*mem });
     // SAFETY: KEY was created by init_process.
     unsafe { libc::pthread_setspecific(KEY, mem as *const libc::c_void) };
     crate::tls::set(mem);

@@ -110,9 +110,7 @@ mod nightly;
 mod node;
 mod options;
 mod os;
-mod prof_table;
-mod prof_write;
-mod profile;
+mod prof;
 mod purge;
 mod refill;
 mod release;
@@ -124,7 +122,6 @@ mod slab;
 mod stats;
 mod sync;
 mod tls;
-mod unwind;
 mod walk;
 
 use core::alloc::{GlobalAlloc, Layout};
@@ -191,7 +188,7 @@ pub unsafe fn usable_size(ptr: *mut u8) -> usize {
 /// Whether the heap profile is on (`SLUBMALLOC_PROF=1` in the environment;
 /// never in a setuid program, which ignores the variables).
 pub fn heap_profile_enabled() -> bool {
-    profile::enabled()
+    prof::sample::enabled()
 }
 
 /// Writes the heap profile now to `path` (created or truncated), in the
@@ -202,12 +199,12 @@ pub fn heap_profile_enabled() -> bool {
 /// or the file cannot be opened.
 pub fn write_heap_profile<P: AsRef<std::path::Path>>(path: P) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
-    if !profile::enabled() {
+    if !prof::sample::enabled() {
         return Err(std::io::Error::other(
             "heap profiling is off (start the program with SLUBMALLOC_PROF=1)",
         ));
     }
     let path = std::ffi::CString::new(path.as_ref().as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    prof_write::write_to_path(&path).map_err(std::io::Error::from_raw_os_error)
+    prof::write::write_to_path(&path).map_err(std::io::Error::from_raw_os_error)
 }

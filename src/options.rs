@@ -136,7 +136,7 @@ options! {
         "SLUBMALLOC_FREELIST_RANDOM", "0",
         "`1`: hand out a fresh slab's objects in a random order (costs locality)",
         parse_flag;
-    /// Sampled heap profile (`profile.rs`).
+    /// Sampled heap profile (`prof/sample.rs`).
     prof: bool = false,
         "SLUBMALLOC_PROF", "0",
         "`1`: sampled heap profile, written at exit and on the signal (gperftools format)",

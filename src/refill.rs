@@ -48,7 +48,7 @@ pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     // SAFETY: a heap that is neither static one is this thread's own.
     if heap != EMPTY && heap != DEAD && unsafe { (*heap).prof_count(size) } {
         let me = alloc_slow as *const () as usize;
-        let p = crate::profile::sample_small(class, size, align, me);
+        let p = crate::prof::sample::sample_small(class, size, align, me);
         if !p.is_null() {
             return p;
         }

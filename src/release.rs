@@ -24,8 +24,8 @@ use crate::tls::current;
 #[inline(never)]
 pub fn free_slow(p: *mut u8, slab: &Slab) {
     // --- heap profile: a sampled block, in a slab of the profile heap.
-    if crate::profile::owns(slab) {
-        return crate::profile::free_sampled(slab, p);
+    if crate::prof::sample::owns(slab) {
+        return crate::prof::sample::free_sampled(slab, p);
     }
     // ---
     // Read once, before any write into `p`: a push that loses its CAS to a

@@ -1,7 +1,7 @@
 //! The statistics report chosen by `SLUBMALLOC_STATS`: written at process exit
 //! (from `.fini_array`) and on `SLUBMALLOC_STATS_SIGNAL`, through a stack
 //! buffer and write(2), so it never allocates and works out of memory. The
-//! heap profile (`prof_write`) is written at the same two moments.
+//! heap profile (`prof::write`) is written at the same two moments.
 
 use core::ffi::CStr;
 use core::fmt::Write;
@@ -43,7 +43,7 @@ pub fn install() {
 extern "C" fn on_signal(_sig: libc::c_int) {
     let _keep = crate::os::ErrnoGuard::save();
     write_report(options::get().stats, STDERR_COPY.load(Ordering::Relaxed));
-    crate::prof_write::on_signal();
+    crate::prof::write::on_signal();
 }
 
 extern "C" fn at_exit() {
@@ -51,7 +51,7 @@ extern "C" fn at_exit() {
     if mode != StatsMode::Off {
         write_report(mode, STDERR_COPY.load(Ordering::Relaxed));
     }
-    crate::prof_write::at_exit();
+    crate::prof::write::at_exit();
 }
 
 #[used]

@@ -1,7 +1,8 @@
 //! The crate's modules keep the layering that `ARCHITECTURE.md` declares:
 //! every module of `src/` is in the list and every module listed exists, no
 //! module uses a module of a higher layer, no import cycle spans more than
-//! three modules, and no source file is longer than 800 lines.
+//! three modules, and no source file is longer than 800 lines. A nested
+//! module is named by its path (`prof::table`, `src/prof/table.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -81,43 +82,153 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The modules a source file refers to: `crate::m` anywhere, and the first
-/// segment of each item in `use crate::{m, n::x}`.
-fn uses(code: &str) -> BTreeSet<String> {
+/// The paths a source file refers to, as written after `crate::`
+/// (`crate::m::x` anywhere, each item of `use crate::{m, n::x}`) or, in a
+/// nested module, after `super::`, made absolute (`super::x` in `a::b` is
+/// `a::x`); `resolve` finds the module each names.
+fn uses(code: &str, module: &str) -> BTreeSet<String> {
+    let parent = module.rsplit_once("::").map(|(p, _)| p);
     let mut out = BTreeSet::new();
-    let mut rest = code;
-    while let Some(i) = rest.find("crate::") {
-        rest = &rest[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap();
-            for item in group[..end].split(',') {
-                let name: String = item.trim().chars().take_while(|&c| is_ident(c)).collect();
-                if !name.is_empty() {
-                    out.insert(name);
-                }
+    for (prefix, base) in [("crate::", None), ("super::", parent)] {
+        if prefix == "super::" && base.is_none() {
+            continue; // a test module's `super::`: the module itself.
+        }
+        let mut rest = code;
+        while let Some(i) = rest.find(prefix) {
+            let before = &code[..code.len() - rest.len() + i];
+            rest = &rest[i + prefix.len()..];
+            if before.ends_with(|c: char| is_ident(c) || c == ':') {
+                continue; // `super::super::x`, `$crate::x`: not this form.
             }
-        } else {
-            let name: String = rest.chars().take_while(|&c| is_ident(c)).collect();
-            out.insert(name);
+            let mut add = |path: String| {
+                if !path.is_empty() {
+                    out.insert(match base {
+                        Some(b) => format!("{b}::{path}"),
+                        None => path,
+                    });
+                }
+            };
+            if let Some(group) = rest.strip_prefix('{') {
+                let end = group.find('}').unwrap();
+                for item in group[..end].split(',') {
+                    add(path_at(item.trim()));
+                }
+            } else {
+                add(path_at(rest));
+            }
         }
     }
     out
 }
 
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let mut g = BTreeMap::new();
-    for entry in std::fs::read_dir(src()).unwrap() {
+/// The `a::b::c` path at the start of `text`.
+fn path_at(text: &str) -> String {
+    let path: String = text
+        .chars()
+        .take_while(|&c| is_ident(c) || c == ':')
+        .collect();
+    path.trim_end_matches(':').to_string()
+}
+
+/// The module a path names: its longest prefix that is a module of
+/// `modules` (`prof::table::TABLES` is in `prof::table`), else its first
+/// segment (an item of `lib.rs`, or a module that is not there).
+fn resolve(path: &str, modules: &BTreeSet<String>) -> String {
+    let segments: Vec<&str> = path.split("::").collect();
+    (1..=segments.len())
+        .rev()
+        .map(|n| segments[..n].join("::"))
+        .find(|m| modules.contains(m))
+        .unwrap_or_else(|| segments[0].to_string())
+}
+
+/// Every `.rs` file under `dir`, with its module's name: `src/slab.rs` is
+/// `slab`, `src/prof/table.rs` is `prof::table`, and `src/prof/mod.rs` is
+/// `prof`, the module of its directory.
+fn source_files(dir: &std::path::Path, prefix: &str, out: &mut Vec<(String, PathBuf)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let module = if prefix.is_empty() {
+            name.clone()
+        } else if name == "mod" {
+            prefix.to_string()
+        } else {
+            format!("{prefix}::{name}")
+        };
+        if path.is_dir() {
+            source_files(&path, &module, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push((module, path));
         }
-        let module = path.file_stem().unwrap().to_string_lossy().into_owned();
+    }
+}
+
+fn sources() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    source_files(&src(), "", &mut out);
+    out
+}
+
+/// The modules a directory holds (`prof` of `src/prof/`): their `mod.rs`
+/// only declares their submodules, and is checked for that, not layered.
+fn is_directory_module(path: &std::path::Path) -> bool {
+    path.file_name().is_some_and(|n| n == "mod.rs")
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files = sources();
+    let modules: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut g = BTreeMap::new();
+    for (module, path) in files.into_iter().filter(|(_, p)| !is_directory_module(p)) {
         let code = code_of(&std::fs::read_to_string(&path).unwrap());
-        let mut used = uses(&code);
+        let mut used: BTreeSet<String> = uses(&code, &module)
+            .iter()
+            .map(|p| resolve(p, &modules))
+            .collect();
         used.remove(&module);
         g.insert(module, used);
     }
     g
+}
+
+#[test]
+fn nested_modules_are_named_by_their_path() {
+    let modules: BTreeSet<String> = ["prof", "prof::table", "slab"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let code = "use crate::prof::table::{Tables, TABLES};\nuse crate::{slab::Slab, prof};\n\
+                let x = super::table::ln(1.0);";
+    let used: BTreeSet<String> = uses(code, "prof::sample")
+        .iter()
+        .map(|p| resolve(p, &modules))
+        .collect();
+    let expected: BTreeSet<String> = ["prof::table", "slab", "prof"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(used, expected);
+}
+
+#[test]
+fn a_module_directory_only_declares_its_submodules() {
+    let mut code_in_mod = Vec::new();
+    for (module, path) in sources().iter().filter(|(_, p)| is_directory_module(p)) {
+        let code = code_of(&std::fs::read_to_string(path).unwrap());
+        let other = code.lines().map(str::trim).any(|l| {
+            !(l.is_empty()
+                || l.starts_with("#[")
+                || (l.ends_with(';') && l.trim_start_matches("pub(crate) ").starts_with("mod ")))
+        });
+        if other {
+            code_in_mod.push(module.clone());
+        }
+    }
+    assert!(
+        code_in_mod.is_empty(),
+        "mod.rs with code beyond `mod` lines (layer it as a module, or move the code): {code_in_mod:?}"
+    );
 }
 
 #[test]
@@ -248,9 +359,9 @@ fn the_cycle_finder_finds_a_cycle() {
 
 #[test]
 fn no_source_file_is_over_800_lines() {
-    let long: Vec<_> = std::fs::read_dir(src())
-        .unwrap()
-        .map(|e| e.unwrap().path())
+    let long: Vec<_> = sources()
+        .into_iter()
+        .map(|(_, p)| p)
         .filter(|p| std::fs::read_to_string(p).unwrap().lines().count() > 800)
         .collect();
     assert!(long.is_empty(), "over 800 lines: {long:?}");

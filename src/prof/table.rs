@@ -20,8 +20,8 @@
 //! and its slot (deletion shifts entries back rather than leaving marks).
 
 use crate::os;
+use crate::prof::unwind::MAX_FRAMES;
 use crate::sync::{invariant, Lock, Locked};
-use crate::unwind::MAX_FRAMES;
 
 /// Fixed point of the weighted counts.
 pub const COUNT_ONE: u64 = 1 << 16;

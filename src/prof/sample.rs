@@ -7,7 +7,7 @@
 //! mean `SLUBMALLOC_PROF_RATE` bytes. Samples are thus the points of a
 //! Poisson process over the allocated bytes, and a block of `size` bytes is
 //! sampled with probability `1 - exp(-size/rate)`, whatever came before it
-//! (tcmalloc's and jemalloc's scheme); `prof_table` weighs each sample by
+//! (tcmalloc's and jemalloc's scheme); `prof::table` weighs each sample by
 //! the inverse of that probability. With profiling off the count starts at
 //! `i64::MAX` and never runs out.
 //!
@@ -25,7 +25,7 @@
 //! allocates as usual.
 //!
 //! A sample: the stack is captured first, with the thread's reentrancy
-//! guard set and no lock held (`unwind`), then under `PROF_LOCK` a block is
+//! guard set and no lock held (`prof::unwind`), then under `PROF_LOCK` a block is
 //! taken from the profile heap and entered in the table. Threads past their
 //! exit destructor are not sampled (they have no countdown).
 
@@ -37,12 +37,12 @@ use crate::heap::{prof_heap, prof_owner, Heap, DEAD, EMPTY};
 use crate::large;
 use crate::node::{self, NODES};
 use crate::options;
-use crate::prof_table::TABLES;
+use crate::prof::table::TABLES;
+use crate::prof::unwind::{self, Skip, MAX_FRAMES};
 use crate::segment;
 use crate::slab::{double_free, invalid_free, Slab};
 use crate::sync::{invariant, AtomicUsize, Ordering};
 use crate::tls::current;
-use crate::unwind::{self, Skip, MAX_FRAMES};
 
 /// Whether profiling is on (`SLUBMALLOC_PROF=1`).
 #[inline]
@@ -73,7 +73,7 @@ fn next_interval(heap: &Heap) -> i64 {
     // Uniform in (0, 1], from the top 53 bits.
     let u = ((r >> 11) + 1) as f64 / (1u64 << 53) as f64;
     // `as` saturates; at most 37 times the mean, as u >= 2^-53.
-    (-crate::prof_table::ln(u) * options::get().prof_rate as f64) as i64
+    (-crate::prof::table::ln(u) * options::get().prof_rate as f64) as i64
 }
 
 /// The thread's own heap, if it has one (the static heaps have no

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! one line per stack, innermost frame first, with the estimates of
-//! `prof_table` (already scaled, hence the `heapprofile` type, which tells
+//! `prof::table` (already scaled, hence the `heapprofile` type, which tells
 //! pprof not to scale again). Written at exit, on `SLUBMALLOC_STATS_SIGNAL`
 //! (`report`), and on demand (`slubmalloc::write_heap_profile`), through a
 //! stack buffer: it never allocates, so it works in a signal handler.
@@ -22,7 +22,7 @@ use core::fmt::Write;
 use crate::fmt::{FdWriter, FixedBuf};
 use crate::options::{self, PATH_MAX_BYTES};
 use crate::os::Existing;
-use crate::prof_table::{Tables, COUNT_ONE, PROF_LOCK, TABLES};
+use crate::prof::table::{Tables, COUNT_ONE, PROF_LOCK, TABLES};
 
 /// How long the signal handler waits for `PROF_LOCK` before it gives up
 /// (the lock is held for one table update; it stays held only if the
