@@ -125,6 +125,7 @@ impl Node {
 
     /// Puts an unowned slab with free objects on the list. Lock held.
     pub fn add(&self, slab: &Slab, remote_freed: bool) {
+        self.lock.assert_held();
         let at_tail = place_at_tail(slab.inuse.get(), slab.objects.get(), remote_freed);
         self.link(slab, at_tail);
         let decisions = if at_tail {
@@ -138,6 +139,7 @@ impl Node {
     /// Lists a slab fresh from its segment, for cold classes to share
     /// (`Slab::init_listed`). Lock held.
     pub fn add_fresh(&self, slab: &Slab, class: usize) {
+        self.lock.assert_held();
         slab.init_listed(class);
         self.add(slab, false);
         count(&self.slabs_new);
@@ -150,6 +152,7 @@ impl Node {
     /// slab that hands out its last free object leaves the list as FULL: its
     /// first free claims it, as any full slab's.
     pub fn take_object(&self) -> (*mut u8, bool) {
+        self.lock.assert_held();
         let s = self.tail.get();
         if s.is_null() {
             return (ptr::null_mut(), false);
@@ -168,6 +171,7 @@ impl Node {
 
     /// Links `slab` in at the head or the tail and counts it. Lock held.
     fn link(&self, slab: &Slab, at_tail: bool) {
+        self.lock.assert_held();
         invariant!(slab.state() == State::Listed);
         let s = slab as *const Slab as *mut Slab;
         if at_tail {
@@ -198,6 +202,7 @@ impl Node {
 
     /// Takes a slab off the list. Lock held.
     pub fn remove(&self, slab: &Slab) {
+        self.lock.assert_held();
         let (next, prev) = (slab.next.get(), slab.prev.get());
         // SAFETY: neighbours are live list members; lock held.
         unsafe {
@@ -227,6 +232,7 @@ impl Node {
     /// (`should_discard_empty`); returns whether it went. Counts the free
     /// (and the slab) in the node's counters.
     pub fn free_listed(&self, slab: &Slab, p: *mut u8, looks_free: bool) -> bool {
+        self.lock.assert_held();
         invariant!(slab.state() == State::Listed);
         if looks_free && list_contains(slab.local_free.get(), p, slab.objects.get()) {
             double_free(p);
@@ -247,6 +253,7 @@ impl Node {
     /// Takes an empty listed slab off the list and gives it back to its
     /// segment, counted. Lock held.
     fn discard_listed(&self, slab: &Slab) {
+        self.lock.assert_held();
         invariant!(slab.inuse.get() == 0);
         self.remove(slab);
         discard(slab);
@@ -256,6 +263,7 @@ impl Node {
     /// Counts a free into a slab this list is about to take: a cold class's
     /// free that claimed a FULL slab (`release::free_unowned`). Lock held.
     pub fn count_free_listed(&self) {
+        self.lock.assert_held();
         count(&self.frees_listed);
     }
 
@@ -273,6 +281,7 @@ impl Node {
 
     /// Calls `f` on every listed slab. Lock held; verification walk only.
     pub fn for_each(&self, mut f: impl FnMut(&Slab)) {
+        self.lock.assert_held();
         let mut s = self.head.get();
         while !s.is_null() {
             // SAFETY: list members are live; lock held.
@@ -364,6 +373,7 @@ impl Node {
     /// to their segments. Lock held.
     #[cfg(not(loom))]
     pub fn release_empty(&self) {
+        self.lock.assert_held();
         let mut s = self.head.get();
         for _ in 0..RELEASE_WALK {
             if s.is_null() {
@@ -381,6 +391,8 @@ impl Node {
 
 /// Gives an empty, unlisted slab back to its segment. Node lock held.
 pub fn discard(slab: &Slab) {
+    #[cfg(not(loom))] // The model has no `NODES`.
+    NODES[slab.class.get() as usize].lock.assert_held();
     slab.make_free();
     segment::free_slab(slab as *const Slab as *mut Slab);
 }
@@ -389,6 +401,50 @@ pub fn discard(slab: &Slab) {
 mod tests {
     use super::*;
     use crate::size_class::objects_per_slab;
+
+    /// Runs `count_free_listed` (a function whose caller must hold the
+    /// node's lock) on a fresh node in a forked child, with the lock taken
+    /// or not; returns the child's wait status.
+    fn count_free_listed_in_child(take_lock: bool) -> i32 {
+        // SAFETY: the child touches only its own node and ends with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let node = Node::new();
+            if take_lock {
+                node.lock.lock();
+            }
+            node.count_free_listed();
+            // SAFETY: ends the child without the parent's exit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        status
+    }
+
+    /// A debug build stops a caller that should hold a node's lock and
+    /// does not (`Lock::assert_held`, "src/node.rs:<line>: lock not held"
+    /// on the child's stderr); with the lock held, or in a release build,
+    /// the call goes through.
+    #[test]
+    fn a_debug_build_stops_a_node_list_call_without_the_node_lock() {
+        let held = count_free_listed_in_child(true);
+        assert!(
+            libc::WIFEXITED(held) && libc::WEXITSTATUS(held) == 0,
+            "with the lock held: wait status {held:#x}"
+        );
+        let free = count_free_listed_in_child(false);
+        if cfg!(debug_assertions) {
+            assert!(
+                libc::WIFSIGNALED(free) && libc::WTERMSIG(free) == libc::SIGABRT,
+                "without the lock, a debug build goes on: wait status {free:#x}"
+            );
+        } else {
+            assert!(libc::WIFEXITED(free) && libc::WEXITSTATUS(free) == 0);
+        }
+    }
 
     /// A thread lost at a fork while it held a node's lock, after it took a
     /// listed slab's last free object and before `take_object` made the

@@ -141,6 +141,7 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
 /// 19 million frees at 4 GiB. Frees scattered over many listed slabs keep
 /// the lock per free and leave the slabs listed. Node lock held.
 fn adopt_listed(heap: &Heap, class: usize, slab: &Slab) {
+    NODES[class].lock.assert_held();
     let c = &heap.classes[class];
     NODES[class].remove(slab);
     slab.take_listed(owner_tag(heap));
@@ -216,6 +217,7 @@ pub fn trim_partials(heap: &Heap, class: usize, keep: u32) {
 
 /// `release`s every slab of the thread partial list. Node lock held.
 fn release_partials(heap: &Heap, class: usize) {
+    NODES[class].lock.assert_held();
     let mut p = heap.classes[class].take_partials();
     while !p.is_null() {
         // SAFETY: slabs on our partial list are live and ours.
@@ -315,6 +317,7 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
 /// list if it was active) are merged, counted, and the slab goes on the node
 /// list, becomes FULL, or returns to its segment if empty. Node lock held.
 fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
+    NODES[class].lock.assert_held();
     let node = &NODES[class];
     let bound = slab.objects.get();
     let remote = slab.begin_listing();

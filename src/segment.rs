@@ -6,8 +6,8 @@
 //! "is this pointer inside one of our segments?" for the C entry points.
 //! Free slabs are purged (MADV_DONTNEED) once they have stayed free for the
 //! purge delay; wholly empty segments beyond a small cache are unmapped. The
-//! same deadline (`purge`) empties the large block cache. Lock order: node
-//! -> segments -> large.
+//! same deadline (`purge`) empties the large block cache. The segments'
+//! lock comes after a node lock (the lock order: `sync`).
 //!
 //! No operation walks every segment, so that a heap of 8 GiB (2,048
 //! segments) costs per operation what one of 1 GiB does: a new slab comes

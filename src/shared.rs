@@ -57,7 +57,7 @@ fn take_shared(class: usize) -> *mut u8 {
         let _g = node.lock.guard();
         let (mut p, mut fresh) = node.take_object();
         if p.is_null() {
-            // Lock order: node -> segments.
+            // A node lock, then the segments' (the lock order: `sync`).
             let s = segment::alloc_slab();
             if s.is_null() {
                 return ptr::null_mut();

@@ -2,6 +2,26 @@
 //! allocates, can be declared in a `static`, and can be reset in a forked
 //! child), and the store-order fence.
 //!
+//! The lock order, outermost first: a thread that holds one of these locks
+//! takes only locks further down the list, so no two threads wait for each
+//! other.
+//!
+//! 1. `heap::ORPHAN_LOCK` (the orphan heap: `refill::with_slow_heap`) or
+//!    `prof::table::PROF_LOCK` (the profile heap and its tables:
+//!    `prof::sample`), never both: a thread past its exit is not sampled,
+//!    and the profile's blocks come from its own heap.
+//! 2. One node lock (`node::NODES[class].lock`), never two at once: under
+//!    one, a slab is taken from or given back to its segment, and a purge
+//!    that falls due runs (`segment::free_slab`, `segment::take_slab`).
+//! 3. `segment::SEGMENTS` or the large blocks' table (`large::LARGE`), never
+//!    both: the purge takes one after the other (`segment::purge_all`), and
+//!    neither calls out under its lock.
+//!
+//! The heap registry's lock (`heap::REGISTRY`) is apart: taken with no other
+//! held (thread start and exit, the statistics, the purger), nothing taken
+//! under it. A function whose caller must hold a lock says so and checks it
+//! in debug builds (`Lock::assert_held`).
+//!
 //! The slab protocol (`slab`, `node`, `freelist`) takes its atomics and
 //! cells from here, so that the model check (`tests/model`, built with
 //! `--cfg loom`) swaps in loom's, which explore every interleaving and
@@ -149,6 +169,19 @@ impl Lock {
         self.state.load(Ordering::Relaxed) != UNLOCKED
     }
 
+    /// For a function whose caller must hold the lock: in debug builds,
+    /// stops the process (`os::fatal`, naming the function's file and line)
+    /// if no thread holds it. The lock keeps no owner, so a lock another
+    /// thread holds passes; the check catches a caller that took none.
+    /// Compiled out of release builds, as `invariant!` is.
+    #[inline(always)]
+    #[track_caller]
+    pub fn assert_held(&self) {
+        if cfg!(debug_assertions) && !self.is_locked() {
+            lock_not_held(core::panic::Location::caller());
+        }
+    }
+
     /// Makes the lock free again in a forked child, where the thread that
     /// held it no longer exists.
     pub fn reset_in_child(&self) {
@@ -167,6 +200,40 @@ impl Lock {
         self.lock();
         Guard(self)
     }
+}
+
+/// `Lock::assert_held`'s failure: "<file>:<line>: lock not held", formatted
+/// on the stack (no allocation, and no `fmt`, which the model check lacks).
+#[cold]
+#[inline(never)]
+fn lock_not_held(at: &core::panic::Location<'_>) -> ! {
+    const SUFFIX: &[u8] = b": lock not held";
+    let mut buf = [0u8; 128];
+    let file = &at.file().as_bytes()[..at.file().len().min(96)];
+    buf[..file.len()].copy_from_slice(file);
+    let mut n = file.len();
+    buf[n] = b':';
+    n += 1;
+    let mut digits = [0u8; 10];
+    let (mut line, mut d) = (at.line(), 0);
+    loop {
+        digits[d] = b'0' + (line % 10) as u8;
+        d += 1;
+        line /= 10;
+        if line == 0 {
+            break;
+        }
+    }
+    for &digit in digits[..d].iter().rev() {
+        buf[n] = digit;
+        n += 1;
+    }
+    buf[n..n + SUFFIX.len()].copy_from_slice(SUFFIX);
+    n += SUFFIX.len();
+    // The file name is UTF-8 cut at most at 96 bytes; a cut inside a
+    // character loses the name, not the line.
+    let what = core::str::from_utf8(&buf[..n]).unwrap_or("lock not held");
+    crate::os::fatal(what, 0)
 }
 
 /// Unlocks on drop.

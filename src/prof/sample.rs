@@ -169,6 +169,7 @@ fn alloc_sampled(class: usize, size: usize, align: usize, frames: &[usize]) -> *
 /// (its other lists stay empty); the slab that gives one moves to the
 /// front. `PROF_LOCK` held.
 fn take_block(heap: &Heap, class: usize, debug: bool) -> *mut u8 {
+    TABLES.lock.assert_held();
     let c = &heap.classes[class];
     let mut prev: *mut Slab = ptr::null_mut();
     let mut s = c.active.get();
@@ -216,6 +217,7 @@ fn take_from(slab: &Slab, debug: bool) -> *mut u8 {
 /// Puts a block back on its profile slab; a slab left empty goes back to
 /// its segment unless it is the class's only one. `PROF_LOCK` held.
 fn put_block(heap: &Heap, slab: &Slab, p: *mut u8) {
+    TABLES.lock.assert_held();
     let class = slab.class.get() as usize;
     let c = &heap.classes[class];
     // SAFETY: `p` is a live block of the slab, which the profile heap owns.

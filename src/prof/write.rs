@@ -145,6 +145,7 @@ fn objects(count: u64) -> u64 {
 
 /// The profile text. PROF_LOCK held.
 fn write_tables(fd: i32, t: &Tables) {
+    PROF_LOCK.assert_held();
     let mut w = FdWriter::new(fd);
     let mut total = [0u64; 4];
     t.for_each_stack(|s| {
