@@ -1,10 +1,12 @@
 //! Shared by the tests that run C programs under `LD_PRELOAD`: builds the
 //! preload library once (in its own target directory, so it never waits on
 //! the lock of the `cargo test` that runs us) and the Rust programs of
-//! tests/programs, compiles C sources with `cc`, and runs programs with the
-//! library preloaded.
+//! tests/programs, compiles C sources with `cc`, runs programs with the
+//! library preloaded and a deadline, and parses and checks the JSON
+//! statistics report (one strict parser for every test that reads it).
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -148,7 +150,13 @@ pub fn stdout(o: &Output) -> String {
 
 /// Runs `cmd`, failing the test if it is still running after `limit`: the
 /// whole process group is killed, so a hang fails instead of blocking.
-pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
+pub fn run_with_deadline(cmd: Command, limit: Duration) -> Output {
+    run_with_pid(cmd, limit).0
+}
+
+/// `run_with_deadline`, and the child's pid (which names the report files
+/// it wrote).
+pub fn run_with_pid(mut cmd: Command, limit: Duration) -> (Output, u32) {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -192,11 +200,12 @@ pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    Output {
+    let output = Output {
         status,
         stdout: out_reader.join().unwrap(),
         stderr: err_reader.join().unwrap(),
-    }
+    };
+    (output, pid as u32)
 }
 
 /// Runs `program args` with the library preloaded (or on glibc's malloc when
@@ -219,4 +228,365 @@ pub fn run_guarded(
         cmd.env(k, v);
     }
     run_with_deadline(cmd, limit)
+}
+
+// ---------------------------------------------------------------------------
+// The JSON statistics report (`SLUBMALLOC_STATS=json`, slubtop's `--json`)
+
+/// The object size of the class serving `size`-byte requests.
+pub fn class_of(size: usize) -> u64 {
+    slubmalloc::class_size(size).expect("a small size") as u64
+}
+
+/// A strict JSON parser (RFC 8259, plus: duplicate keys are an error), small
+/// enough to keep the tests free of dependencies. Numbers keep their text so
+/// that u64 counters are read exactly.
+pub mod json {
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Value {
+        Null,
+        Bool(bool),
+        Number(String),
+        String(String),
+        Array(Vec<Value>),
+        Object(Vec<(String, Value)>),
+    }
+
+    impl Value {
+        pub fn get(&self, key: &str) -> Option<&Value> {
+            match self {
+                Value::Object(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+                _ => None,
+            }
+        }
+
+        /// The value as an exact unsigned integer (no sign, fraction or exponent).
+        pub fn as_u64(&self) -> Option<u64> {
+            match self {
+                Value::Number(n) => n.parse().ok(),
+                _ => None,
+            }
+        }
+
+        pub fn as_array(&self) -> Option<&[Value]> {
+            match self {
+                Value::Array(a) => Some(a),
+                _ => None,
+            }
+        }
+
+        pub fn keys(&self) -> Vec<&str> {
+            match self {
+                Value::Object(members) => members.iter().map(|(k, _)| k.as_str()).collect(),
+                _ => Vec::new(),
+            }
+        }
+    }
+
+    /// Parses exactly one JSON value, with only whitespace around it.
+    pub fn parse(text: &str) -> Result<Value, String> {
+        let mut p = Parser {
+            s: text.as_bytes(),
+            at: 0,
+        };
+        let v = p.value(0)?;
+        p.ws();
+        if p.at != p.s.len() {
+            return Err(p.error("trailing characters"));
+        }
+        Ok(v)
+    }
+
+    struct Parser<'a> {
+        s: &'a [u8],
+        at: usize,
+    }
+
+    impl Parser<'_> {
+        fn error(&self, what: &str) -> String {
+            let from = self.at.saturating_sub(20);
+            let to = (self.at + 20).min(self.s.len());
+            format!(
+                "{what} at byte {}: ...{}...",
+                self.at,
+                String::from_utf8_lossy(&self.s[from..to])
+            )
+        }
+
+        fn ws(&mut self) {
+            while matches!(self.s.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                self.at += 1;
+            }
+        }
+
+        fn eat(&mut self, b: u8) -> bool {
+            if self.s.get(self.at) == Some(&b) {
+                self.at += 1;
+                true
+            } else {
+                false
+            }
+        }
+
+        fn literal(&mut self, word: &str, v: Value) -> Result<Value, String> {
+            if self.s[self.at..].starts_with(word.as_bytes()) {
+                self.at += word.len();
+                Ok(v)
+            } else {
+                Err(self.error("unknown literal"))
+            }
+        }
+
+        fn value(&mut self, depth: usize) -> Result<Value, String> {
+            if depth > 64 {
+                return Err(self.error("nested too deep"));
+            }
+            self.ws();
+            match self.s.get(self.at) {
+                None => Err(self.error("unexpected end")),
+                Some(b'{') => self.object(depth),
+                Some(b'[') => self.array(depth),
+                Some(b'"') => self.string().map(Value::String),
+                Some(b't') => self.literal("true", Value::Bool(true)),
+                Some(b'f') => self.literal("false", Value::Bool(false)),
+                Some(b'n') => self.literal("null", Value::Null),
+                Some(b'-' | b'0'..=b'9') => self.number(),
+                Some(_) => Err(self.error("unexpected character")),
+            }
+        }
+
+        fn object(&mut self, depth: usize) -> Result<Value, String> {
+            self.at += 1; // {
+            let mut members: Vec<(String, Value)> = Vec::new();
+            self.ws();
+            if self.eat(b'}') {
+                return Ok(Value::Object(members));
+            }
+            loop {
+                self.ws();
+                if self.s.get(self.at) != Some(&b'"') {
+                    return Err(self.error("expected a key"));
+                }
+                let key = self.string()?;
+                if members.iter().any(|(k, _)| *k == key) {
+                    return Err(self.error(&format!("duplicate key {key:?}")));
+                }
+                self.ws();
+                if !self.eat(b':') {
+                    return Err(self.error("expected ':'"));
+                }
+                let v = self.value(depth + 1)?;
+                members.push((key, v));
+                self.ws();
+                if self.eat(b'}') {
+                    return Ok(Value::Object(members));
+                }
+                if !self.eat(b',') {
+                    return Err(self.error("expected ',' or '}'"));
+                }
+            }
+        }
+
+        fn array(&mut self, depth: usize) -> Result<Value, String> {
+            self.at += 1; // [
+            let mut items = Vec::new();
+            self.ws();
+            if self.eat(b']') {
+                return Ok(Value::Array(items));
+            }
+            loop {
+                items.push(self.value(depth + 1)?);
+                self.ws();
+                if self.eat(b']') {
+                    return Ok(Value::Array(items));
+                }
+                if !self.eat(b',') {
+                    return Err(self.error("expected ',' or ']'"));
+                }
+            }
+        }
+
+        fn string(&mut self) -> Result<String, String> {
+            self.at += 1; // "
+            let mut out = Vec::new();
+            loop {
+                let Some(&b) = self.s.get(self.at) else {
+                    return Err(self.error("unterminated string"));
+                };
+                self.at += 1;
+                match b {
+                    b'"' => break,
+                    0..=0x1f => return Err(self.error("control character in string")),
+                    b'\\' => {
+                        let Some(&e) = self.s.get(self.at) else {
+                            return Err(self.error("unterminated escape"));
+                        };
+                        self.at += 1;
+                        let c = match e {
+                            b'"' => '"',
+                            b'\\' => '\\',
+                            b'/' => '/',
+                            b'b' => '\u{8}',
+                            b'f' => '\u{c}',
+                            b'n' => '\n',
+                            b'r' => '\r',
+                            b't' => '\t',
+                            b'u' => {
+                                let hex = self
+                                    .s
+                                    .get(self.at..self.at + 4)
+                                    .ok_or_else(|| self.error("short \\u"))?;
+                                let hex =
+                                    std::str::from_utf8(hex).map_err(|_| self.error("bad \\u"))?;
+                                let code = u32::from_str_radix(hex, 16)
+                                    .map_err(|_| self.error("bad \\u"))?;
+                                self.at += 4;
+                                char::from_u32(code).unwrap_or('\u{fffd}')
+                            }
+                            _ => return Err(self.error("unknown escape")),
+                        };
+                        let mut buf = [0u8; 4];
+                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    }
+                    _ => out.push(b),
+                }
+            }
+            String::from_utf8(out).map_err(|_| self.error("string is not UTF-8"))
+        }
+
+        fn number(&mut self) -> Result<Value, String> {
+            let start = self.at;
+            self.eat(b'-');
+            let digits = |p: &mut Self| {
+                let from = p.at;
+                while matches!(p.s.get(p.at), Some(b'0'..=b'9')) {
+                    p.at += 1;
+                }
+                p.at - from
+            };
+            if self.eat(b'0') {
+                if matches!(self.s.get(self.at), Some(b'0'..=b'9')) {
+                    return Err(self.error("leading zero"));
+                }
+            } else if digits(self) == 0 {
+                return Err(self.error("expected digits"));
+            }
+            if self.eat(b'.') && digits(self) == 0 {
+                return Err(self.error("expected fraction digits"));
+            }
+            if self.eat(b'e') || self.eat(b'E') {
+                if !self.eat(b'+') {
+                    self.eat(b'-');
+                }
+                if digits(self) == 0 {
+                    return Err(self.error("expected exponent digits"));
+                }
+            }
+            Ok(Value::Number(
+                String::from_utf8_lossy(&self.s[start..self.at]).into_owned(),
+            ))
+        }
+    }
+}
+
+/// Fields every `caches[]` entry must have, each an unsigned integer: the
+/// crate's list, so that a field added to `CacheStats` is checked here too.
+const CACHE_FIELDS: &[&str] = slubmalloc::CacheStats::FIELDS;
+
+/// Fields the `totals` object must have, each an unsigned integer.
+const TOTALS_FIELDS: &[&str] = slubmalloc::Totals::FIELDS;
+
+/// The report, parsed and checked: `{"caches": [...], "totals": {...}}`,
+/// every field present and an exact unsigned integer, the classes real
+/// classes in increasing order, and the numbers consistent with each other.
+/// Returns the caches as maps, object size -> (field -> value), and the totals.
+pub fn parse_json_report(
+    text: &str,
+) -> (BTreeMap<u64, BTreeMap<String, u64>>, BTreeMap<String, u64>) {
+    let doc =
+        json::parse(text).unwrap_or_else(|e| panic!("the JSON report does not parse: {e}\n{text}"));
+    assert_eq!(doc.keys(), ["caches", "totals"], "top-level keys of {text}");
+    let fields = |v: &json::Value, names: &[&str]| -> BTreeMap<String, u64> {
+        names
+            .iter()
+            .map(|&n| {
+                let x = v.get(n).unwrap_or_else(|| panic!("no {n:?} in {v:?}"));
+                let x = x
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{n:?} is not an unsigned integer: {x:?}"));
+                (n.to_string(), x)
+            })
+            .collect()
+    };
+    let caches_json = doc["caches"]
+        .as_array()
+        .unwrap_or_else(|| panic!("caches is not an array in {text}"));
+    let mut caches = BTreeMap::new();
+    let mut last_size = 0;
+    for entry in caches_json {
+        let c = fields(entry, CACHE_FIELDS);
+        let size = c["object_size"];
+        assert!(
+            size > last_size,
+            "classes out of order at {size} B in {text}"
+        );
+        last_size = size;
+        assert_eq!(
+            class_of(size as usize),
+            size,
+            "{size} B is not a size class"
+        );
+        assert_eq!(
+            c["objects_total"],
+            c["slabs"] * c["objects_per_slab"],
+            "{size} B: total {c:?}"
+        );
+        assert!(
+            c["objects_in_use"] <= c["objects_total"],
+            "{size} B: more in use than exist {c:?}"
+        );
+        assert_eq!(
+            c["partial_slabs"],
+            c["thread_partial_slabs"] + c["node_partial_slabs"],
+            "{size} B: partial slabs {c:?}"
+        );
+        assert!(
+            c["partial_slabs"] <= c["slabs"],
+            "{size} B: more partial slabs than slabs {c:?}"
+        );
+        assert!(
+            c["partial_free_objects"] <= c["objects_total"] - c["objects_in_use"],
+            "{size} B: more free objects on partial slabs than free objects {c:?}"
+        );
+        assert_eq!(
+            c["slabs"],
+            c["slabs_allocated"] - c["slabs_freed"],
+            "{size} B: slabs {c:?}"
+        );
+        assert_eq!(
+            c["objects_in_use"],
+            c["alloc_fast"] + c["alloc_slow"] - c["free_fast"] - c["free_slow"] - c["free_remote"],
+            "{size} B: in use is allocations minus frees {c:?}"
+        );
+        caches.insert(size, c);
+    }
+    let totals = fields(&doc["totals"], TOTALS_FIELDS);
+    let slab_bytes: u64 = caches
+        .values()
+        .map(|c| c["objects_in_use"] * c["object_size"])
+        .sum();
+    assert_eq!(
+        totals["bytes_in_use"],
+        slab_bytes + totals["large_bytes"],
+        "totals.bytes_in_use is the classes' bytes in use plus the large blocks'"
+    );
+    (caches, totals)
+}
+
+impl std::ops::Index<&str> for json::Value {
+    type Output = json::Value;
+    fn index(&self, key: &str) -> &json::Value {
+        self.get(key)
+            .unwrap_or_else(|| panic!("no {key:?} in {self:?}"))
+    }
 }

@@ -12,7 +12,7 @@
 //! Run: `cargo test --release --test processes slubtop`.
 
 use crate::common;
-use crate::stats_dump::parse_json_report;
+use crate::common::parse_json_report;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
