@@ -104,6 +104,7 @@ mod glibc_info;
 mod heap;
 mod init;
 mod large;
+mod large_cache;
 mod large_map;
 #[cfg(feature = "nightly")]
 mod nightly;
