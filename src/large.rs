@@ -481,6 +481,7 @@ fn map_fresh(len: usize, align: usize) -> Option<usize> {
     crate::counters::global()
         .large_mapped
         .fetch_add(len as u64, Ordering::Relaxed);
+    crate::purge::count_fresh(len as u64);
     Some(m as usize)
 }
 
@@ -497,6 +498,7 @@ fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize>
     crate::counters::global()
         .large_mapped
         .fetch_add((len - old) as u64, Ordering::Relaxed);
+    crate::purge::count_fresh((len - old) as u64);
     if zero {
         // SAFETY: the first `old` bytes of the new mapping are ours.
         unsafe { ptr::write_bytes(q as *mut u8, 0, old) };

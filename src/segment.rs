@@ -4,9 +4,10 @@
 //!
 //! A byte map over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
-//! Free slabs are purged (MADV_DONTNEED) after a delay; wholly empty segments
-//! beyond a small cache are unmapped. The same deadline (`purge`) empties the
-//! large block cache. Lock order: node -> segments -> large.
+//! Free slabs are purged (MADV_DONTNEED) after a delay, or at once when the
+//! freed memory left resident passes the trim bound (`purge`); wholly empty
+//! segments beyond a small cache are unmapped. The same deadline and bound
+//! empty the large block cache. Lock order: node -> segments -> large.
 
 use core::cell::UnsafeCell;
 use core::ptr;
@@ -15,7 +16,7 @@ use crate::os;
 use crate::purge;
 use crate::size_class::ADDRESS_BITS;
 use crate::slab::Slab;
-use crate::sync::{invariant, store_order_fence, AtomicU8, Locked, Ordering};
+use crate::sync::{invariant, store_order_fence, AtomicU64, AtomicU8, Locked, Ordering};
 
 pub use crate::size_class::{
     segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
@@ -82,6 +83,28 @@ static SEGMENTS: Locked<Segments> = Locked::new(Segments {
     count: 0,
 });
 
+/// Bytes of the free slabs whose pages may still be resident (every
+/// segment's dirty bits), for the trim bound. Written under the SEGMENTS
+/// lock (`set_dirty`), read without it.
+static DIRTY_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Sets `DIRTY_BYTES`. SEGMENTS lock held.
+fn set_dirty(bytes: u64) {
+    // Relaxed: one writer at a time (the lock); the readers take a hint.
+    DIRTY_BYTES.store(bytes, Ordering::Relaxed);
+}
+
+/// `DIRTY_BYTES` plus or minus one slab. SEGMENTS lock held.
+fn dirty_slab(added: bool) {
+    // Relaxed: see `set_dirty`.
+    let d = DIRTY_BYTES.load(Ordering::Relaxed);
+    set_dirty(if added {
+        d + SLAB_BYTES as u64
+    } else {
+        d - SLAB_BYTES as u64
+    });
+}
+
 /// The descriptor of the slab holding `p`, which must be inside a segment.
 /// Cost: and, shift-and-mask, lea.
 #[inline(always)]
@@ -136,7 +159,8 @@ fn set_mapped(seg: usize, on: bool) {
 /// A free slab for a new use, or null with errno ENOMEM.
 pub fn alloc_slab() -> *mut Slab {
     purge_if_due();
-    SEGMENTS.with(|s| {
+    let mut fresh = false;
+    let slab = SEGMENTS.with(|s| {
         let mut seg = s.all;
         // SAFETY: segments on the list are live mappings; the lock is held.
         while !seg.is_null() && unsafe { (*seg).free_mask } == 0 {
@@ -155,8 +179,18 @@ pub fn alloc_slab() -> *mut Slab {
         let index = pick.trailing_zeros() as usize;
         seg.free_mask &= !(1 << index);
         seg.dirty_mask &= !(1 << index);
+        if dirty != 0 {
+            dirty_slab(false);
+        } else {
+            fresh = true;
+        }
         &mut seg.slabs[index] as *mut Slab
-    })
+    });
+    if fresh {
+        // Its pages fault in as it is carved.
+        purge::count_fresh(SLAB_BYTES as u64);
+    }
+    slab
 }
 
 /// Gives a slab with no live object back to its segment; its pages are purged
@@ -167,8 +201,10 @@ pub fn free_slab(slab: *mut Slab) {
         // SAFETY: `slab` is inside a live segment; the lock is held.
         let seg = unsafe { &mut *seg };
         let index = (slab as usize - seg as *mut Segment as usize) / core::mem::size_of::<Slab>();
+        invariant!(seg.dirty_mask & (1 << index) == 0);
         seg.free_mask |= 1 << index;
         seg.dirty_mask |= 1 << index;
+        dirty_slab(true);
     });
     // After the dirty bit: a purge that claims the deadline takes the lock
     // and sees it (`purge::schedule`).
@@ -176,6 +212,32 @@ pub fn free_slab(slab: *mut Slab) {
     purge::schedule(now);
     if purge::take_due(now) {
         purge_all(now);
+    }
+    trim_if_over_bound();
+}
+
+/// The trim bound's test (`purge`), for the free slow paths that leave
+/// freed memory resident: a slab back to its segment (`free_slab`), a large
+/// block into the cache (`alloc::free_large`). Past the bound, every free
+/// slab is purged and every cached large block unmapped now. Cost under the
+/// bound: three loads and a compare, no system call.
+#[inline]
+pub fn trim_if_over_bound() {
+    // Relaxed: hints; `claim_trim` decides, the purge's locks order it.
+    let freed_resident = DIRTY_BYTES.load(Ordering::Relaxed)
+        + crate::counters::global()
+            .large_cached
+            .load(Ordering::Relaxed);
+    if purge::over_trim_bound(freed_resident) {
+        trim(freed_resident);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn trim(freed_resident: u64) {
+    if purge::claim_trim(freed_resident) {
+        purge_all(u64::MAX);
     }
 }
 
@@ -280,6 +342,7 @@ fn purge_segments_locked(s: &mut Segments) {
         }
         seg = next;
     }
+    set_dirty(0);
 }
 
 /// madvise each run of consecutive set bits of `mask` as one call.
@@ -340,17 +403,19 @@ pub fn repair_in_child() {
     // SAFETY: the child runs one thread, and the thread that held the lock
     // is gone: nothing else touches the list.
     let s = unsafe { &mut *SEGMENTS.data_ptr() };
-    let (mut prev, mut seg, mut count) = (ptr::null_mut(), s.all, 0);
+    let (mut prev, mut seg, mut count, mut dirty) = (ptr::null_mut(), s.all, 0, 0);
     while !seg.is_null() {
         // SAFETY: segments reachable from `all` are live mappings.
         let sg = unsafe { &mut *seg };
         sg.prev = prev;
         sg.dirty_mask &= sg.free_mask;
+        dirty += sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
         set_mapped(seg as usize, true);
         count += 1;
         prev = seg;
         seg = sg.next;
     }
     s.count = count;
+    set_dirty(dirty);
     SEGMENTS.lock.reset_in_child();
 }

@@ -19,5 +19,6 @@ mod preload_contract;
 mod preload_real_programs;
 mod preload_threads;
 mod readme;
+mod single_threaded;
 mod stats_dump;
 mod valgrind;
