@@ -19,6 +19,8 @@
  *                                allocated, written and freed, then 1 s
  *                                without a call: "peak_kib=P end_kib=E
  *                                threads=T"
+ *   single_threaded churn        4 rounds of 96 MiB of small blocks
+ *                                allocated, written and freed: "rounds=4"
  *   single_threaded forksignal   glibc's malloc/tst-mallocfork2 shape: two
  *                                other processes send SIGUSR1 as fast as
  *                                they can while the program mallocs and
@@ -35,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/single_threaded.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -76,11 +79,13 @@ static double now_s(void) {
 }
 
 /* Allocates `total` bytes in blocks of `size(i)` bytes, each written, and
- * frees them all; returns the resident size with all of them live. */
+ * frees them all; returns the resident size with all of them live. The
+ * array of pointers is mapped apart: the frees are of the blocks only. */
 static long alloc_free(size_t total, size_t (*size)(size_t)) {
     size_t cap = total / 64 + 1, n = 0, used = 0; /* mean sizes are over 64 */
-    void **held = malloc(cap * sizeof(void *));
-    if (!held)
+    void **held = mmap(NULL, cap * sizeof(void *), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (held == MAP_FAILED)
         exit(3);
     while (used < total && n < cap) {
         size_t sz = size(n);
@@ -94,7 +99,7 @@ static long alloc_free(size_t total, size_t (*size)(size_t)) {
     long peak = rss_kib();
     for (size_t i = 0; i < n; i++)
         free(held[i]);
-    free(held);
+    munmap(held, cap * sizeof(void *));
     return peak;
 }
 
@@ -190,6 +195,10 @@ int main(int argc, char **argv) {
         idle_ms(1000);
         long end = rss_kib();
         printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak, end, threads());
+    } else if (!strcmp(mode, "churn")) {
+        for (int i = 0; i < 4; i++)
+            alloc_free(96u << 20, size_small);
+        printf("rounds=4\n");
     } else if (!strcmp(mode, "forksignal")) {
         return fork_from_signal();
     } else {

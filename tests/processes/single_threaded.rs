@@ -8,8 +8,12 @@ use std::time::Duration;
 use crate::common::{compile_c, run_guarded, stderr, stdout};
 
 fn run(mode: &str, preloaded: bool) -> std::process::Output {
+    run_env(mode, preloaded, &[])
+}
+
+fn run_env(mode: &str, preloaded: bool, env: &[(&str, &str)]) -> std::process::Output {
     let exe = compile_c("single_threaded", &[]);
-    run_guarded(&exe, &[mode], preloaded, &[], Duration::from_secs(60))
+    run_guarded(&exe, &[mode], preloaded, env, Duration::from_secs(60))
 }
 
 /// The number after `key=` in `out`.
@@ -58,15 +62,20 @@ fn a_single_threaded_program_stays_single_threaded_for_glibc_after_100_mib() {
 
 #[test]
 fn an_idle_single_threaded_program_keeps_at_most_a_quarter_of_its_peak() {
-    let out = run("idle", true);
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}{}", stderr(&out));
-    let (peak, end) = (field(&text, "peak_kib"), field(&text, "end_kib"));
-    assert!(
-        end * 4 <= peak,
-        "resident {end} KiB 1 s after freeing 512 MiB, peak {peak} KiB"
-    );
-    assert_eq!(field(&text, "threads"), 1, "{text}");
+    // With the default purge delay, and with one longer than the run (the
+    // frees past the delay are not purged by a later free: only the trim
+    // bound gives memory back).
+    for delay in ["100", "3600000"] {
+        let out = run_env("idle", true, &[("SLUBMALLOC_PURGE_DELAY_MS", delay)]);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{text}{}", stderr(&out));
+        let (peak, end) = (field(&text, "peak_kib"), field(&text, "end_kib"));
+        assert!(
+            end * 4 <= peak,
+            "delay {delay} ms: resident {end} KiB 1 s after freeing 512 MiB, peak {peak} KiB"
+        );
+        assert_eq!(field(&text, "threads"), 1, "{text}");
+    }
 }
 
 #[test]
@@ -79,4 +88,35 @@ fn a_single_threaded_program_that_forks_from_a_signal_handler_never_hangs() {
         assert!(field(&text, "forks") >= 100, "too few signals came: {text}");
         assert_eq!(field(&text, "threads"), 1, "{text}");
     }
+}
+
+#[test]
+fn a_program_that_frees_and_allocates_again_past_the_trim_bound_trims_once() {
+    // Four rounds of 96 MiB of small blocks allocated and freed, with a
+    // purge delay longer than the run: only trims give memory back. The
+    // first round's frees pass the bound (64 MiB) and trim; the second
+    // round faults those pages in again, so its frees raise the bound
+    // instead, and the later rounds reuse the free slabs.
+    let out = run_env(
+        "churn",
+        true,
+        &[
+            ("SLUBMALLOC_PURGE_DELAY_MS", "3600000"),
+            ("SLUBMALLOC_STATS", "json"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json = stderr(&out);
+    let key = "\"bytes_purged\":";
+    let at = json.find(key).unwrap_or_else(|| panic!("{key} in {json}")) + key.len();
+    let purged: i64 = json[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (64 << 20..128 << 20).contains(&purged),
+        "purged {purged} bytes: one trim expected"
+    );
 }
