@@ -430,7 +430,8 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             os::set_enomem();
             return ptr::null_mut();
         }
-        Ok(Some(Hit::Fits(base, _))) => {
+        Ok(Some(Hit::Fits(base, l))) => {
+            crate::purge::count_taken(l as u64, false);
             if zero {
                 // SAFETY: the cached mapping is ours and at least `size` long.
                 unsafe { ptr::write_bytes(base as *mut u8, 0, size) };
@@ -481,7 +482,7 @@ fn map_fresh(len: usize, align: usize) -> Option<usize> {
     crate::counters::global()
         .large_mapped
         .fetch_add(len as u64, Ordering::Relaxed);
-    crate::purge::count_fresh(len as u64);
+    crate::purge::count_taken(len as u64, true);
     Some(m as usize)
 }
 
@@ -498,7 +499,8 @@ fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize>
     crate::counters::global()
         .large_mapped
         .fetch_add((len - old) as u64, Ordering::Relaxed);
-    crate::purge::count_fresh((len - old) as u64);
+    crate::purge::count_taken(old as u64, false);
+    crate::purge::count_taken((len - old) as u64, true);
     if zero {
         // SAFETY: the first `old` bytes of the new mapping are ours.
         unsafe { ptr::write_bytes(q as *mut u8, 0, old) };

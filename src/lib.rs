@@ -80,7 +80,7 @@
 //!    system call, atomics, the lock and the store-order fence; call stacks.
 //! 2. `counters`, `options`, `size_class`, `purge`: counter cells, the
 //!    environment, size classes and the segment/slab geometry, the purge
-//!    deadline and the background purger's state.
+//!    deadline, the trim bound and the background purger's state.
 //! 3. `freelist`, `slab`, `segment`, `large`, `prof_table`: encoded free
 //!    lists; a slab's descriptor and life cycle; segments of slabs; large
 //!    blocks; the heap profile's stacks and live samples.

@@ -16,10 +16,12 @@
 //! slabs not purged yet, cached large blocks) gives it all back at once,
 //! with no thread and no signal, so that a program that frees and goes idle
 //! keeps at most the bound. The bound starts at `TRIM_START_BYTES` and
-//! doubles, up to `TRIM_MAX_BYTES`, whenever the program took fresh memory
-//! (pages not resident) worth half of it between two trims less than
-//! `TRIM_REUSE_NS` apart: a program that churns more than the bound stops
-//! paying a trim and the faults after it, one that frees once does not.
+//! doubles, up to `TRIM_MAX_BYTES`, when the program took back memory worth
+//! half of it within `TRIM_REUSE_NS` of the last trim or raise (or at all,
+//! before the first): freed memory still resident (a free slab not purged,
+//! a cached large block), or, once a trim has run, fresh pages. A program
+//! that churns more than the bound stops paying trims and the faults after
+//! them; one that frees and goes idle keeps the bound it had.
 //!
 //! The purger runs only while the program itself has other threads (two
 //! thread heaps alive, `set_program_threads`), so that a single-threaded
@@ -148,15 +150,17 @@ const TRIM_START_BYTES: u64 = 64 << 20;
 /// before with 128 MiB (it trims again and again), 1.13x with 256 MiB (one
 /// trim, at the start).
 const TRIM_MAX_BYTES: u64 = 256 << 20;
-/// Two trims this close, with fresh memory taken between them worth half
-/// the bound, double it (see the module docs).
+/// Memory worth half the bound, taken back within this time of the last
+/// trim or raise, doubles the bound (see the module docs).
 const TRIM_REUSE_NS: u64 = 1_000_000_000;
 /// The bound now (module docs).
 static TRIM_BOUND_BYTES: AtomicU64 = AtomicU64::new(TRIM_START_BYTES);
 /// When the last trim ran (0: none yet).
 static LAST_TRIM_NS: AtomicU64 = AtomicU64::new(0);
-/// Bytes of fresh memory (pages not resident) taken since the last trim.
-static FRESH_BYTES: AtomicU64 = AtomicU64::new(0);
+/// When the last trim ran or the bound was last raised (0: neither yet).
+static LAST_CHANGE_NS: AtomicU64 = AtomicU64::new(0);
+/// Bytes taken back since `LAST_CHANGE_NS` (`count_taken`).
+static TAKEN_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Whether `freed_resident` bytes (free slabs not purged, cached large
 /// blocks) are past the trim bound. One load.
@@ -166,44 +170,53 @@ pub fn over_trim_bound(freed_resident: u64) -> bool {
     freed_resident > TRIM_BOUND_BYTES.load(Ordering::Relaxed)
 }
 
-/// Counts `bytes` of fresh memory taken: a slab whose pages were purged or
-/// never used, a large block mapped or grown. What the trims gave back and
-/// the program took again soon after raises the bound (`claim_trim`).
-pub fn count_fresh(bytes: u64) {
-    // Relaxed: a heuristic's counter.
-    FRESH_BYTES.fetch_add(bytes, Ordering::Relaxed);
+/// Counts `bytes` taken by an allocation: freed memory still resident (a
+/// free slab not purged, a cached large block), or `fresh` pages (a slab
+/// purged or never used, a large block mapped or grown), which count only
+/// once a trim has run: before, they are the heap growing, not memory
+/// given back and needed again. What is taken back soon raises the bound
+/// (`claim_trim`).
+pub fn count_taken(bytes: u64, fresh: bool) {
+    // Relaxed, both: a heuristic's words.
+    if fresh && LAST_TRIM_NS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    TAKEN_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
 /// Called by a free slow path that found `freed_resident` bytes past the
 /// bound: true if the caller trims now (gives back every free slab and
-/// cached large block). The bound doubles instead, or first, when the last
-/// trim was less than `TRIM_REUSE_NS` ago and the program took fresh memory
-/// worth half the bound since: that trim gave back what it needed again.
+/// cached large block). The bound doubles instead, or first, when the
+/// program took back memory worth half of it since the last trim or raise,
+/// less than `TRIM_REUSE_NS` ago (or since it started, before the first).
 pub fn claim_trim(freed_resident: u64) -> bool {
     let now = now_ns().max(1);
     // Relaxed, all: a heuristic's words; the CAS below lets one caller of
     // several trim, and the purge's locks order it after the frees.
-    let last = LAST_TRIM_NS.load(Ordering::Relaxed);
+    let changed = LAST_CHANGE_NS.load(Ordering::Relaxed);
     let bound = TRIM_BOUND_BYTES.load(Ordering::Relaxed);
-    if last != 0
-        && now - last.min(now) < TRIM_REUSE_NS
-        && FRESH_BYTES.load(Ordering::Relaxed) >= bound / 2
+    if (changed == 0 || now - changed.min(now) < TRIM_REUSE_NS)
+        && TAKEN_BYTES.load(Ordering::Relaxed) >= bound / 2
         && bound < TRIM_MAX_BYTES
     {
         let raised = (bound * 2).min(TRIM_MAX_BYTES);
         TRIM_BOUND_BYTES.store(raised, Ordering::Relaxed);
+        LAST_CHANGE_NS.store(now, Ordering::Relaxed);
+        TAKEN_BYTES.store(0, Ordering::Relaxed);
         if freed_resident <= raised {
             return false;
         }
     }
+    let last = LAST_TRIM_NS.load(Ordering::Relaxed);
     if LAST_TRIM_NS
         .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
     {
         return false;
     }
-    // What is taken fresh from now on counts against this trim.
-    FRESH_BYTES.store(0, Ordering::Relaxed);
+    // What is taken from now on counts against this trim.
+    LAST_CHANGE_NS.store(now, Ordering::Relaxed);
+    TAKEN_BYTES.store(0, Ordering::Relaxed);
     true
 }
 

@@ -186,15 +186,16 @@ pub fn alloc_slab() -> *mut Slab {
         }
         &mut seg.slabs[index] as *mut Slab
     });
-    if fresh {
-        // Its pages fault in as it is carved.
-        purge::count_fresh(SLAB_BYTES as u64);
+    if !slab.is_null() {
+        // A fresh slab's pages fault in as it is carved.
+        purge::count_taken(SLAB_BYTES as u64, fresh);
     }
     slab
 }
 
 /// Gives a slab with no live object back to its segment; its pages are purged
-/// after the purge delay.
+/// after the purge delay, or at once when the freed memory left resident
+/// passes the trim bound (`trim_if_over_bound`).
 pub fn free_slab(slab: *mut Slab) {
     SEGMENTS.with(|_| {
         let seg = segment_of(slab as usize) as *mut Segment;

@@ -361,3 +361,25 @@ fn memory_needed_again_soon_after_a_trim_raises_the_trim_bound() {
     );
     drop(live);
 }
+
+/// Blocks taken back from the cache count as memory needed again: after
+/// two of six 24 MiB blocks were freed and allocated again from the cache,
+/// three freed at once (72 MiB cached, past the 64 MiB the bound starts
+/// at) raise the bound instead of trimming.
+#[test]
+fn blocks_reused_from_the_cache_raise_the_trim_bound_before_any_trim() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let mut live: Vec<Block> = (0..6).map(|_| touched_block(24)).collect();
+    let s0 = slubmalloc::stats().totals;
+    live.truncate(4);
+    live.extend((0..2).map(|_| touched_block(24)));
+    let s1 = slubmalloc::stats().totals;
+    assert_eq!(s1.large_cache_hits - s0.large_cache_hits, 2);
+    live.truncate(3);
+    let s2 = slubmalloc::stats().totals;
+    assert_eq!(s2.large_cached_bytes, 72 << 20, "the cache keeps them");
+    assert_eq!(s2.bytes_purged, s1.bytes_purged, "no trim");
+    drop(live);
+}
