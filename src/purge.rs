@@ -135,15 +135,16 @@ pub fn take_now() {
 // ---------------------------------------------------------------------------
 // The trim bound
 
-/// The trim bound a process starts with: the large-block cache's own
-/// smallest bound (`large`), so that a cache that fits in it works as it
-/// did without a trim bound. `ci/measure.py -r 3 --size small --workloads
-/// large,large_replace,churn,bursty` against starts of 16, 32 and 64 MiB
-/// (each up to 256): `large` (two threads replacing blocks of 128 KiB to 4
-/// MiB) took 1.93x, 1.56x and 0.96x the CPU time of the tree before the
-/// bound, each doubling of the bound costing a trim of the whole cache and
-/// the faults after it; churn and bursty were level with all three.
-const TRIM_START_BYTES: u64 = 64 << 20;
+/// The trim bound a process starts with: what a program that frees and
+/// goes idle keeps, unless it had raised it. `ci/measure.py -r 5 --size
+/// small --workloads large_replace,large,churn,stress` against the tree
+/// before the bound: 32 MiB and 64 MiB were level (CPU time 1.01x either
+/// way). Without counting memory taken back from the cache and the free
+/// slabs (fresh pages after a trim only), starts of 16, 32 and 64 MiB had
+/// cost `large` (two threads replacing blocks of 128 KiB to 4 MiB) 1.93x,
+/// 1.56x and 0.96x the CPU time: each doubling paid a trim of the whole
+/// cache and the faults after it.
+const TRIM_START_BYTES: u64 = 32 << 20;
 /// The most the bound grows to: what a program that went idle may keep.
 /// `large_replace` (20 live blocks of 5-25 MiB, one replaced at a time,
 /// its cache up to half of 300 MiB) took 1.17x the CPU time of the tree

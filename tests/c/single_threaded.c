@@ -19,8 +19,8 @@
  *                                allocated, written and freed, then 1 s
  *                                without a call: "peak_kib=P end_kib=E
  *                                threads=T"
- *   single_threaded churn        4 rounds of 96 MiB of small blocks
- *                                allocated, written and freed: "rounds=4"
+ *   single_threaded churn        6 rounds of 96 MiB of small blocks
+ *                                allocated, written and freed: "rounds=6"
  *   single_threaded forksignal   glibc's malloc/tst-mallocfork2 shape: two
  *                                other processes send SIGUSR1 as fast as
  *                                they can while the program mallocs and
@@ -196,9 +196,9 @@ int main(int argc, char **argv) {
         long end = rss_kib();
         printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak, end, threads());
     } else if (!strcmp(mode, "churn")) {
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 6; i++)
             alloc_free(96u << 20, size_small);
-        printf("rounds=4\n");
+        printf("rounds=6\n");
     } else if (!strcmp(mode, "forksignal")) {
         return fork_from_signal();
     } else {

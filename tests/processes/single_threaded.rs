@@ -91,12 +91,14 @@ fn a_single_threaded_program_that_forks_from_a_signal_handler_never_hangs() {
 }
 
 #[test]
-fn a_program_that_frees_and_allocates_again_past_the_trim_bound_trims_once() {
-    // Four rounds of 96 MiB of small blocks allocated and freed, with a
+fn a_program_that_frees_and_allocates_again_past_the_trim_bound_stops_trimming() {
+    // Six rounds of 96 MiB of small blocks allocated and freed, with a
     // purge delay longer than the run: only trims give memory back. The
-    // first round's frees pass the bound (64 MiB) and trim; the second
-    // round faults those pages in again, so its frees raise the bound
-    // instead, and the later rounds reuse the free slabs.
+    // first round's frees pass the bound (32 MiB) and trim; the next rounds
+    // take those pages back (fresh, after a trim), which raises the bound
+    // (each raise needs half of it taken back since the last): from the
+    // third round on, the bound holds the 96 MiB and the rounds reuse the
+    // free slabs. Trimming every round would give back about 576 MiB.
     let out = run_env(
         "churn",
         true,
@@ -116,7 +118,7 @@ fn a_program_that_frees_and_allocates_again_past_the_trim_bound_trims_once() {
         .parse()
         .unwrap();
     assert!(
-        (64 << 20..128 << 20).contains(&purged),
-        "purged {purged} bytes: one trim expected"
+        (32 << 20..=192 << 20).contains(&purged),
+        "purged {purged} bytes: trims in the first two rounds only expected"
     );
 }
