@@ -87,7 +87,8 @@ pub struct Global {
     pub purger_starts: AtomicU64,
 }
 
-static GLOBAL: Global = Global {
+/// Read through `global()`; named by the anchor (`anchor`).
+pub static GLOBAL: Global = Global {
     segments: AtomicU64::new(0),
     large_blocks: AtomicU64::new(0),
     large_bytes: AtomicU64::new(0),

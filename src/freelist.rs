@@ -8,7 +8,7 @@ use core::cell::UnsafeCell;
 
 use crate::os;
 use crate::size_class::SLAB_BYTES;
-use crate::sync::OwnLines;
+use crate::sync::{Cell, OwnLines};
 
 /// The hardening checks of the fast paths (link in slab, object start, double
 /// free). Only `--cfg slubmalloc_bench_no_checks` turns them off, to measure them.
@@ -63,8 +63,8 @@ pub unsafe fn set_next(obj: *mut u8, next: *mut u8) {
 /// As for `set_next`.
 #[inline(always)]
 pub unsafe fn set_next_with(secret: usize, obj: *mut u8, next: *mut u8) {
-    // SAFETY: per the contract, `obj` is writable and 8-byte aligned.
-    unsafe { *(obj as *mut usize) = encode_with(secret, next, obj) };
+    // SAFETY: per the contract.
+    unsafe { store_link_word(obj, encode_with(secret, next, obj)) };
 }
 
 /// Reads the link stored in `obj`.
@@ -83,8 +83,81 @@ pub unsafe fn get_next(obj: *mut u8) -> *mut u8 {
 /// As for `get_next`.
 #[inline(always)]
 pub unsafe fn get_next_with(secret: usize, obj: *mut u8) -> *mut u8 {
-    // SAFETY: per the contract, `obj` is readable and 8-byte aligned.
-    encode_with(secret, unsafe { *(obj as *const usize) } as *mut u8, obj) as *mut u8
+    // SAFETY: per the contract.
+    encode_with(secret, unsafe { load_link_word(obj) } as *mut u8, obj) as *mut u8
+}
+
+/// Clears `obj`'s link, as every path that hands an object out does: a
+/// stale link would look like a free block to `free`'s double-free test.
+///
+/// # Safety
+/// `obj` is an object of at least 8 bytes that the caller may write.
+#[inline(always)]
+pub unsafe fn clear_link(obj: *mut u8) {
+    // SAFETY: per the contract.
+    unsafe { store_link_word(obj, 0) };
+}
+
+/// Takes the first object off the non-empty free list headed by `head`,
+/// following its link only if it is sane (a corrupted one stops the
+/// process). The caller clears the object's link before handing it out
+/// (`clear_link`). The allocation fast path has its own pop, tuned to the
+/// instruction (`fastpath::alloc_scaled`).
+///
+/// # Safety
+/// `head` heads a non-empty free list that the caller holds (it owns the
+/// slab, or holds the lock its lists are under).
+#[inline]
+pub unsafe fn pop(head: &Cell<*mut u8>) -> *mut u8 {
+    let obj = head.get();
+    // SAFETY: per the contract, `obj` is a free object the caller holds.
+    let next = unsafe { get_next(obj) };
+    if !link_is_sane(obj, next) {
+        corrupted_link(obj);
+    }
+    head.set(next);
+    obj
+}
+
+/// The first word of `obj`, where a free object keeps its link. Under the
+/// model check (`--cfg loom`, tests/model) the word lives in a cell of the
+/// model's (`links`) instead, which loom tracks as it does the slab's
+/// fields: a link read without a happens-before edge from its write (a
+/// freer's push that the owner takes without synchronising) is reported as
+/// a data race. Out of the model, a plain load.
+///
+/// # Safety
+/// `obj` is an object of at least 8 bytes, 8-byte aligned, that the caller
+/// may read.
+#[inline(always)]
+unsafe fn load_link_word(obj: *mut u8) -> usize {
+    #[cfg(not(loom))]
+    {
+        // SAFETY: per the contract.
+        unsafe { *(obj as *const usize) }
+    }
+    #[cfg(loom)]
+    {
+        crate::links::load(obj as usize)
+    }
+}
+
+/// Stores `word` as `obj`'s first word (`load_link_word`).
+///
+/// # Safety
+/// `obj` is an object of at least 8 bytes, 8-byte aligned, that the caller
+/// may write.
+#[inline(always)]
+unsafe fn store_link_word(obj: *mut u8, word: usize) {
+    #[cfg(not(loom))]
+    {
+        // SAFETY: per the contract.
+        unsafe { *(obj as *mut usize) = word };
+    }
+    #[cfg(loom)]
+    {
+        crate::links::store(obj as usize, word);
+    }
 }
 
 /// The double-free test's first stage, on the free fast path: whether the
@@ -105,9 +178,16 @@ pub unsafe fn get_next_with(secret: usize, obj: *mut u8) -> *mut u8 {
 /// `obj` is an object slot of at least 8 bytes that the caller may read.
 #[inline(always)]
 pub unsafe fn may_be_free(secret: usize, obj: *mut u8) -> bool {
-    let upper = if cfg!(target_endian = "little") { 4 } else { 0 };
-    // SAFETY: per the contract, bytes 0..8 of `obj` are readable.
-    let stored = unsafe { (obj.add(upper) as *const u32).read() };
+    #[cfg(not(loom))]
+    let stored = {
+        let upper = if cfg!(target_endian = "little") { 4 } else { 0 };
+        // SAFETY: per the contract, bytes 0..8 of `obj` are readable.
+        unsafe { (obj.add(upper) as *const u32).read() }
+    };
+    // The model keeps links in its cells (`load_link_word`).
+    #[cfg(loom)]
+    // SAFETY: per the contract.
+    let stored = (unsafe { load_link_word(obj) } >> 32) as u32;
     let link = stored ^ (encode_with(secret, core::ptr::null_mut(), obj) >> 32) as u32;
     link < LINK_UPPER_LIMIT
 }

@@ -20,7 +20,7 @@ use crate::os;
 use crate::segment::SLAB_BYTES;
 use crate::size_class::{CLASS_BYTES, NUM_CLASSES};
 use crate::slab::Slab;
-use crate::sync::{invariant, AtomicPtr, Lock, Locked, Ordering};
+use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering};
 
 /// Slabs a thread keeps on its partial list per class, besides the active one;
 /// past it the oldest goes to the node list. Most are nearly full and a slab
@@ -278,7 +278,7 @@ pub static DEAD_HEAP: Heap = Heap::new();
 /// The heap of threads past their exit destructor, used under `ORPHAN_LOCK`:
 /// `FIRST_ORPHAN_HEAP`, or a fresh one in a forked child that found the old
 /// one half written (`repair_orphan_in_child`).
-static ORPHAN: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_ORPHAN_HEAP as *const Heap as *mut Heap);
+pub static ORPHAN: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_ORPHAN_HEAP as *const Heap as *mut Heap);
 static FIRST_ORPHAN_HEAP: Heap = Heap::new();
 pub static ORPHAN_LOCK: Lock = Lock::new();
 
@@ -292,7 +292,7 @@ pub fn orphan_heap() -> &'static Heap {
 /// a forked child that found it half written (`replace_prof_in_child`). No thread's
 /// heap, so every free of a sampled block misses the free fast path's owner
 /// compare and reaches `release::free_slow`, which hands it to the profile.
-static PROF: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_PROF_HEAP as *const Heap as *mut Heap);
+pub static PROF: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_PROF_HEAP as *const Heap as *mut Heap);
 static FIRST_PROF_HEAP: Heap = Heap::new();
 
 pub fn prof_heap() -> &'static Heap {
@@ -349,6 +349,36 @@ pub static REGISTRY: Locked<Registry> = Locked::new(Registry {
     threads_alive: 0,
     threads_exited: 0,
 });
+
+/// The registry's generation, for a reader in another process (slubtop,
+/// through `anchor`), which cannot take the lock: odd while `live`,
+/// `retired`, the thread counts, `ORPHAN` or `PROF` change, even when they
+/// are still. A reader that finds it even and the same before and after its
+/// reads saw no change half made, and no heap counted twice or missed
+/// (a seqlock). Written under the registry lock only.
+pub static REGISTRY_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f` on the registry with its lock held, as one step of
+/// `REGISTRY_GENERATION`. Only on the slow paths that create a heap or end a
+/// thread, and in a forked child's repairs: two stores more per thread.
+pub fn change_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    REGISTRY.with(|r| {
+        // `| 1`: a forked child may find the value its parent's lost thread
+        // left odd; this change ends even all the same.
+        let odd = REGISTRY_GENERATION.load(Ordering::Relaxed) | 1;
+        REGISTRY_GENERATION.store(odd, Ordering::Relaxed);
+        // Release fence: the odd value is ordered before the registry writes
+        // in `f`. Pairs with the reader's second read of the generation,
+        // after its reads of the registry: a reader that saw any of those
+        // writes sees the generation changed.
+        fence(Ordering::Release);
+        let out = f(r);
+        // Release: the writes in `f` come before the even value; pairs with
+        // the reader's first read (a reader that saw this value sees them).
+        REGISTRY_GENERATION.store(odd + 1, Ordering::Release);
+        out
+    })
+}
 
 /// Sums every live heap's counters plus the retired totals into `out`;
 /// returns (threads alive, threads exited). With `wait == false` (a signal
@@ -448,7 +478,7 @@ pub fn repair_registry_in_child() {
 /// threads, counts on this to leave a child whose other threads have exited.
 pub fn count_threads_in_child(forking_thread_has_heap: bool) {
     // The lock is free: `repair_registry_in_child` ran first.
-    REGISTRY.with(|r| {
+    change_registry(|r| {
         r.threads_alive = forking_thread_has_heap as u64;
         crate::purge::set_program_threads(r.threads_alive);
     });
@@ -466,9 +496,11 @@ pub fn repair_orphan_in_child() {
     }
     let fresh = os::map(core::mem::size_of::<Heap>()) as *mut Heap;
     if !fresh.is_null() {
-        REGISTRY.with(|r| r.retire_counters(orphan_heap()));
-        // A zeroed mapping is a valid empty heap, as in `create_heap`.
-        ORPHAN.store(fresh, Ordering::Relaxed);
+        change_registry(|r| {
+            r.retire_counters(orphan_heap());
+            // A zeroed mapping is a valid empty heap, as in `create_heap`.
+            ORPHAN.store(fresh, Ordering::Relaxed);
+        });
     }
     ORPHAN_LOCK.reset_in_child();
 }
@@ -482,8 +514,10 @@ pub fn repair_orphan_in_child() {
 pub fn replace_prof_in_child() {
     let fresh = os::map(core::mem::size_of::<Heap>()) as *mut Heap;
     if !fresh.is_null() {
-        REGISTRY.with(|r| r.retire_counters(prof_heap()));
-        // A zeroed mapping is a valid empty heap, as in `create_heap`.
-        PROF.store(fresh, Ordering::Relaxed);
+        change_registry(|r| {
+            r.retire_counters(prof_heap());
+            // A zeroed mapping is a valid empty heap, as in `create_heap`.
+            PROF.store(fresh, Ordering::Relaxed);
+        });
     }
 }

@@ -4,7 +4,7 @@
 
 use core::ptr;
 
-use crate::heap::{Heap, DEAD, REGISTRY};
+use crate::heap::{change_registry, Heap, DEAD, REGISTRY};
 use crate::os;
 use crate::release::flush;
 use crate::sync::{store_order_fence, Once};
@@ -56,7 +56,7 @@ pub fn create_heap() -> *mut Heap {
     }
     // SAFETY: `mem` is an empty heap no other thread writes.
     unsafe { (*mem).secret.set(crate::freelist::secret()) };
-    REGISTRY.with(|r| {
+    change_registry(|r| {
         // SAFETY: `mem` is initialised; registry members are live heaps.
         unsafe {
             (*mem).next.set(r.live);
@@ -85,7 +85,7 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     // SAFETY: `arg` is the heap this thread registered, still live.
     let h = unsafe { &*heap };
     flush(h, true);
-    let alive = REGISTRY.with(|r| {
+    let alive = change_registry(|r| {
         r.retire_counters(h);
         let (next, prev) = (h.next.get(), h.prev.get());
         // SAFETY: neighbours are live registry members; lock held.

@@ -48,6 +48,15 @@
 //! `main` that returns or `std::process::exit`; not an abort);
 //! `SLUBMALLOC_STATS_SIGNAL=USR2` writes one on a signal;
 //! `SLUBMALLOC_DEBUG=1` turns on red zones and poisoning for small blocks.
+//! A setuid, setgid or file-capabilities program (the kernel's
+//! secure-execution mode, `AT_SECURE`) ignores every `SLUBMALLOC_*`
+//! variable: its environment comes from a less privileged user, who could
+//! otherwise have it write a report into any file as root or a heap profile
+//! (its memory map) where they can read it. The program's own calls
+//! ([`stats()`], [`trim()`]) work as always. The report and profile files
+//! the variables name are written only if they are the process's user's
+//! own, never through a symbolic link (`O_NOFOLLOW`); a new profile is 0600
+//! less the umask, a new report 0644.
 //! Debug mode sees what reaches memory by the time the allocator looks: a
 //! red zone (from the end of the request to the end of the slot) overwritten
 //! when the block is freed, a freed block written before it is handed out
@@ -86,9 +95,10 @@
 //!    blocks; the heap profile's stacks and live samples.
 //! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
 //!    their registry; the thread's heap pointer; debug mode's red zones.
-//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`: statistics snapshots
-//!    and reports; the verification walk; the fork handlers and the child's
-//!    repairs; the heap profile's file.
+//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`, `anchor`: statistics
+//!    snapshots and reports; the verification walk; the fork handlers and
+//!    the child's repairs; the heap profile's file; the table that tells
+//!    slubtop, from outside, where the statistics are.
 //! 6. `fastpath`, `refill`, `release`, `init`, `profile`, `background`,
 //!    `shared`: the fast paths; the allocation and free slow paths; process
 //!    and thread start and end; heap profile sampling; the background purger
@@ -102,6 +112,7 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod anchor;
 mod background;
 mod counters;
 mod debug;
@@ -197,16 +208,18 @@ pub unsafe fn usable_size(ptr: *mut u8) -> usize {
     unsafe { alloc::usable_size(ptr) }
 }
 
-/// Whether the heap profile is on (`SLUBMALLOC_PROF=1` in the environment).
+/// Whether the heap profile is on (`SLUBMALLOC_PROF=1` in the environment;
+/// never in a setuid program, which ignores the variables).
 pub fn heap_profile_enabled() -> bool {
     profile::enabled()
 }
 
 /// Writes the heap profile now to `path` (created or truncated), in the
 /// format of gperftools' heap profiler with its `MAPPED_LIBRARIES:`
-/// section: `google-pprof --text PROGRAM PATH` reads it. Fails if
-/// profiling is off (`SLUBMALLOC_PROF=1` turns it on at start-up) or the
-/// file cannot be opened.
+/// section: `google-pprof --text PROGRAM PATH` reads it. A new file is
+/// 0600 less the umask (the profile shows the process's memory layout).
+/// Fails if profiling is off (`SLUBMALLOC_PROF=1` turns it on at start-up)
+/// or the file cannot be opened.
 pub fn write_heap_profile<P: AsRef<std::path::Path>>(path: P) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     if !profile::enabled() {

@@ -9,9 +9,9 @@
 
 use core::ptr;
 
+use crate::freelist::list_contains;
 #[cfg(not(loom))]
 use crate::freelist::list_len;
-use crate::freelist::{list_contains, set_next};
 use crate::segment;
 #[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
@@ -226,9 +226,7 @@ impl Node {
         }
         // SAFETY: `p` is a live object the caller gives up; the slab's
         // lists are ours under the node lock.
-        unsafe { set_next(p, slab.local_free.get()) };
-        slab.local_free.set(p);
-        slab.inuse.set(slab.inuse.get() - 1);
+        unsafe { slab.free_object(p) };
         bump(&self.free_objects, 1);
         count(&self.frees_listed);
         slab.check();

@@ -1,6 +1,13 @@
 //! `SLUBMALLOC_*` environment variables, read once from `environ` without
 //! allocating. Every variable is in `TABLE`, with its default and meaning; an
 //! unknown `SLUBMALLOC_*` name or a bad value gets one warning on stderr.
+//!
+//! A process in secure-execution mode (`AT_SECURE`: setuid, setgid, file
+//! capabilities, some LSM transitions) takes none of them: its environment
+//! comes from a less privileged user, who could otherwise have it create or
+//! append to files as root, or write its memory map to a file they can read.
+//! It keeps the defaults, as glibc ignores `MALLOC_*` there and `ld.so`
+//! ignores `LD_PRELOAD`, and says so once on stderr if any was set.
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
@@ -191,6 +198,8 @@ fn parse_once() {
 
 fn parse_environ() -> Options {
     let mut o = DEFAULT;
+    let secure = secure_execution();
+    let mut ignored = false;
     // SAFETY: environ is the process environment, a null-terminated array of
     // C strings, valid from before main.
     let mut env = unsafe { environ };
@@ -209,12 +218,32 @@ fn parse_environ() -> Options {
             let eq = rest.iter().position(|&b| b == b'=').unwrap_or(rest.len());
             let name = &bytes[..11 + eq];
             let value = rest.get(eq + 1..).unwrap_or(b"");
-            apply(&mut o, name, value);
+            if secure {
+                ignored = true;
+            } else {
+                apply(&mut o, name, value);
+            }
         }
         // SAFETY: not past the terminating null, checked above.
         env = unsafe { env.add(1) };
     }
+    if ignored {
+        warn(
+            b"",
+            b"SLUBMALLOC_* variables",
+            b" ignored: secure-execution process (setuid, setgid or file capabilities)",
+        );
+    }
     o
+}
+
+/// Whether the kernel started this process in secure-execution mode (the
+/// auxiliary vector's `AT_SECURE`, which `ld.so` and `secure_getenv` use).
+/// getauxval reads the vector libc saved at start-up: no system call, no
+/// allocation, valid before main.
+fn secure_execution() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
 fn apply(o: &mut Options, name: &[u8], value: &[u8]) {

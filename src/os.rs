@@ -2,7 +2,8 @@
 //! writing to a file descriptor, and the one way slubmalloc dies. Other
 //! system calls stay with the code they serve: the futex in `sync`, the
 //! pthread key and `sched_yield` in `init`, `pthread_atfork` in `fork`, the
-//! signal handler and the report files in `report`.
+//! signal handler in `report`. The files the environment names (the report,
+//! the profile) are opened here, by one function with one policy.
 //!
 //! Nothing here allocates. Every function keeps the caller's `errno` unless it
 //! says otherwise, so `free` can promise to leave `errno` alone.
@@ -263,6 +264,53 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) {
         }
         bytes = &bytes[n as usize..];
     }
+}
+
+/// How `open_named_file` treats what the file holds already.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    Append,
+    Replace,
+}
+
+/// Opens for writing a file whose path came from the environment (the
+/// report's, the profile's), so that a user who can write to a directory
+/// on the path cannot choose where the output goes: a symbolic link as the
+/// last component is not followed (O_NOFOLLOW), and a file that another
+/// user owns (planted there beforehand, in `/tmp` say) is refused and left
+/// as it was. A new file is created with `mode` less the umask.
+/// Close-on-exec. -1 if refused.
+pub fn open_named_file(path: &core::ffi::CStr, existing: Existing, mode: u32) -> i32 {
+    let _keep = ErrnoGuard::save();
+    let append = match existing {
+        Existing::Append => libc::O_APPEND,
+        Existing::Replace => 0,
+    };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW | append;
+    // SAFETY: `path` is NUL-terminated.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, mode) };
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: a zeroed stat is a valid out-parameter; `fd` is ours;
+    // geteuid has no preconditions.
+    let ours = unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_uid == libc::geteuid()
+    };
+    if !ours {
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        return -1;
+    }
+    if existing == Existing::Replace {
+        // Emptied only now that it is known to be ours (O_TRUNC would
+        // empty anyone's). Fails only where there is nothing to empty (a
+        // device, a pipe).
+        // SAFETY: `fd` is ours.
+        unsafe { libc::ftruncate(fd, 0) };
+    }
+    fd
 }
 
 /// The one way slubmalloc stops a process: one line on stderr naming the

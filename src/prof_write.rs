@@ -16,10 +16,12 @@
 //! (`report`), and on demand (`slubmalloc::write_heap_profile`), through a
 //! stack buffer: it never allocates, so it works in a signal handler.
 
+use core::ffi::CStr;
 use core::fmt::Write;
 
 use crate::fmt::{FdWriter, FixedBuf};
 use crate::options::{self, PATH_MAX_BYTES};
+use crate::os::Existing;
 use crate::prof_table::{Tables, COUNT_ONE, PROF_LOCK, TABLES};
 
 /// How long the signal handler waits for `PROF_LOCK` before it gives up
@@ -65,8 +67,8 @@ fn write_to_file(wait: bool) {
 
 /// Writes the profile to the file at `path` (NUL-terminated); the errno of
 /// a failed open.
-pub fn write_to_path(path: &core::ffi::CStr) -> Result<(), i32> {
-    let fd = open_for_profile(path.as_ptr());
+pub fn write_to_path(path: &CStr) -> Result<(), i32> {
+    let fd = open_for_profile(path);
     if fd < 0 {
         // SAFETY: __errno_location is always valid.
         return Err(unsafe { *libc::__errno_location() });
@@ -96,19 +98,26 @@ fn lock(wait: bool) -> bool {
     true
 }
 
-fn open_for_profile(path: *const libc::c_char) -> i32 {
+/// A new profile file's mode, less the umask: the profile's addresses and
+/// its copy of /proc/self/maps show the process's layout (what
+/// address-space randomisation hides) to whoever can read it.
+const PROFILE_MODE: u32 = 0o600;
+
+/// Opens the program's own `path` (`write_heap_profile`) to be rewritten.
+fn open_for_profile(path: &CStr) -> i32 {
     // SAFETY: `path` is NUL-terminated.
     unsafe {
         libc::open(
-            path,
+            path.as_ptr(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
-            0o644,
+            PROFILE_MODE,
         )
     }
 }
 
 /// Opens `pattern` with `%p` replaced by the process id and `%n` by the
-/// dump number.
+/// dump number, to be rewritten. The path comes from the environment, not
+/// the program: opened as `os::open_named_file` opens such paths.
 fn open_expanded(pattern: &[u8], dump: u64) -> i32 {
     let mut buf = FixedBuf::<{ PATH_MAX_BYTES + 40 }>::new();
     let mut rest = pattern;
@@ -124,7 +133,9 @@ fn open_expanded(pattern: &[u8], dump: u64) -> i32 {
     let mut cpath = [0u8; PATH_MAX_BYTES + 41];
     let bytes = buf.as_bytes();
     cpath[..bytes.len()].copy_from_slice(bytes);
-    open_for_profile(cpath.as_ptr().cast())
+    // Always a C string: `cpath` is zero-filled past the path.
+    let cpath = CStr::from_bytes_until_nul(&cpath).unwrap_or(c"");
+    crate::os::open_named_file(cpath, Existing::Replace, PROFILE_MODE)
 }
 
 /// Rounds a fixed-point count to whole objects.

@@ -33,7 +33,6 @@ use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
-use crate::freelist::{corrupted_link, get_next, link_is_sane, set_next};
 use crate::heap::{prof_heap, prof_owner, Heap, DEAD, EMPTY};
 use crate::large;
 use crate::node::{self, NODES};
@@ -207,28 +206,10 @@ fn take_block(heap: &Heap, class: usize, debug: bool) -> *mut u8 {
 
 /// One block from a profile slab's free list or its uncarved rest.
 fn take_from(slab: &Slab, debug: bool) -> *mut u8 {
-    let mut p = slab.local_free.get();
-    if !p.is_null() {
-        // SAFETY: `p` is on the slab's free list.
-        let next = unsafe { get_next(p) };
-        if !link_is_sane(p, next) {
-            corrupted_link(p);
-        }
-        slab.local_free.set(next);
-    } else {
-        let (list, n) = slab.carve(1);
-        if n == 0 {
-            return ptr::null_mut();
-        }
-        if debug {
-            debug::poison_list(list, slab.size.get() as usize);
-        }
-        p = list;
+    let (p, fresh) = slab.take_object();
+    if fresh && debug {
+        debug::poison(p, slab.size.get() as usize);
     }
-    // SAFETY: `p` is a free slot of the slab, at least 8 bytes; a stale
-    // link would look like a free block to the double-free checks.
-    unsafe { *(p as *mut usize) = 0 };
-    slab.inuse.set(slab.inuse.get() + 1);
     p
 }
 
@@ -238,12 +219,10 @@ fn put_block(heap: &Heap, slab: &Slab, p: *mut u8) {
     let class = slab.class.get() as usize;
     let c = &heap.classes[class];
     // SAFETY: `p` is a live block of the slab, which the profile heap owns.
-    unsafe { set_next(p, slab.local_free.get()) };
-    slab.local_free.set(p);
-    slab.inuse.set(slab.inuse.get() - 1);
+    let emptied = unsafe { slab.free_object(p) };
     c.ev.inc(Ev::FreeSlow);
     let me = slab as *const Slab as *mut Slab;
-    if slab.inuse.get() != 0 || (c.active.get() == me && slab.next.get().is_null()) {
+    if !emptied || (c.active.get() == me && slab.next.get().is_null()) {
         return;
     }
     let mut link = &c.active;

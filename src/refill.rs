@@ -7,7 +7,7 @@ use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
-use crate::freelist::{self, corrupted_link, get_next, link_is_sane};
+use crate::freelist;
 use crate::heap::{orphan_heap, owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL, ORPHAN_LOCK};
 use crate::node::NODES;
 use crate::release::{keep_partial, trim_partials};
@@ -96,16 +96,11 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
             freelist::list_len(c.free.get(), crate::size_class::objects_per_slab(class));
         }
     }
-    let obj = c.free.get();
     // SAFETY: `refill` left a non-empty list of our active slab.
-    let next = unsafe { get_next(obj) };
-    if !link_is_sane(obj, next) {
-        corrupted_link(obj);
-    }
-    c.free.set(next);
-    freelist::prefetch(next);
-    // SAFETY: as in `alloc`.
-    unsafe { *(obj as *mut usize) = 0 };
+    let obj = unsafe { freelist::pop(&c.free) };
+    freelist::prefetch(c.free.get());
+    // SAFETY: `obj` is ours now.
+    unsafe { freelist::clear_link(obj) };
     c.ev.inc(Ev::AllocSlow);
     if debug {
         c.stash.set(c.free.replace(ptr::null_mut()));

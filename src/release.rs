@@ -243,12 +243,9 @@ pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
 
 /// The fast path's push and count, for the slow paths that end like it.
 fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
-    // SAFETY: `p` is a live object of `slab`, which `heap` owns.
-    unsafe { set_next(p, slab.local_free.get()) };
-    slab.local_free.set(p);
     heap.classes[slab.class.get() as usize].ev.inc(Ev::FreeFast);
-    slab.inuse.set(slab.inuse.get() - 1);
-    if slab.inuse.get() == 0 {
+    // SAFETY: `p` is a live object of `slab`, which `heap` owns.
+    if unsafe { slab.free_object(p) } {
         slab_emptied(heap, slab);
     }
 }

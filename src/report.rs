@@ -3,10 +3,12 @@
 //! buffer and write(2), so it never allocates and works out of memory. The
 //! heap profile (`prof_write`) is written at the same two moments.
 
+use core::ffi::CStr;
 use core::fmt::Write;
 
 use crate::fmt::{FdWriter, FixedBuf};
 use crate::options::{self, StatsMode, PATH_MAX_BYTES};
+use crate::os::Existing;
 use crate::sync::{AtomicI32, Ordering};
 
 /// A private copy of stderr taken at start-up, so the exit report still
@@ -84,7 +86,10 @@ pub fn write_report(mode: StatsMode, stderr_fd: i32) {
     }
 }
 
-/// Opens `path` for appending, with `%p` replaced by the process id.
+/// Opens `path` for appending, with `%p` replaced by the process id, as
+/// `os::open_named_file` opens what the environment names. A new file is
+/// 0644 less the umask: the report holds counts and sizes, no addresses,
+/// and is read like a log.
 fn open_report_file(path: &[u8]) -> i32 {
     let mut buf = FixedBuf::<{ PATH_MAX_BYTES + 16 }>::new();
     let mut rest = path;
@@ -97,12 +102,7 @@ fn open_report_file(path: &[u8]) -> i32 {
     let mut cpath = [0u8; PATH_MAX_BYTES + 17];
     let bytes = buf.as_bytes();
     cpath[..bytes.len()].copy_from_slice(bytes);
-    // SAFETY: `cpath` is NUL-terminated (zero-filled past the path).
-    unsafe {
-        libc::open(
-            cpath.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
-            0o644,
-        )
-    }
+    // Always a C string: `cpath` is zero-filled past the path.
+    let cpath = CStr::from_bytes_until_nul(&cpath).unwrap_or(c"");
+    crate::os::open_named_file(cpath, Existing::Append, 0o644)
 }

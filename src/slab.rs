@@ -37,7 +37,7 @@
 
 use core::ptr;
 
-use crate::freelist::{link_is_sane, set_next};
+use crate::freelist::{clear_link, link_is_sane, pop, set_next, set_next_with};
 use crate::os;
 use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
 use crate::sync::{invariant, AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
@@ -274,27 +274,65 @@ impl Slab {
     pub fn take_listed_object(&self) -> (*mut u8, bool) {
         invariant!(self.state() == State::Listed);
         invariant!(self.inuse.get() < self.objects.get());
-        let mut p = self.local_free.get();
-        let fresh = p.is_null();
-        if fresh {
-            let (list, n) = self.carve(1);
-            invariant!(n == 1);
-            p = list;
-        } else {
-            // SAFETY: `p` heads the slab's free list, ours under the lock.
-            let next = unsafe { crate::freelist::get_next(p) };
-            if !link_is_sane(p, next) {
-                crate::freelist::corrupted_link(p);
-            }
-            self.local_free.set(next);
-        }
-        // SAFETY: `p` is a free object of this slab, now the caller's, at
-        // least 8 bytes. Zeroed as the fast path does: a stale link would
-        // look like a free block to `free`.
-        unsafe { (p as *mut usize).write(0) };
-        self.inuse.set(self.inuse.get() + 1);
+        let (p, fresh) = self.take_object();
+        invariant!(!p.is_null());
         self.check();
         (p, fresh)
+    }
+
+    /// One free object for whoever holds the slab's lists (its owner, or
+    /// the node lock while LISTED): the head of `local_free`, its link
+    /// checked, or else one carved (only its page is touched). Counted in
+    /// `inuse`, its link cleared. Returns the object, or null if the slab
+    /// has none left, and whether it was just carved (never used: debug
+    /// mode poisons it).
+    pub fn take_object(&self) -> (*mut u8, bool) {
+        let fresh = self.local_free.get().is_null();
+        let p = if fresh {
+            let (list, n) = self.carve(1);
+            if n == 0 {
+                return (ptr::null_mut(), false);
+            }
+            list
+        } else {
+            // SAFETY: `local_free` is the slab's free list, which the
+            // caller holds; it is not empty.
+            unsafe { pop(&self.local_free) }
+        };
+        // SAFETY: `p` is a free object of this slab, now the caller's.
+        unsafe { clear_link(p) };
+        self.inuse.set(self.inuse.get() + 1);
+        (p, fresh)
+    }
+
+    /// Frees `p` onto `local_free` and counts it out of `inuse`, for
+    /// whoever holds the slab's lists (its owner, or the node lock while
+    /// LISTED). Returns whether the slab is empty now. Cost: the link's
+    /// encoding, two loads, three stores, a decrement.
+    ///
+    /// # Safety
+    /// `p` is a live object of this slab that the caller gives up, and the
+    /// caller holds the slab's lists.
+    #[inline(always)]
+    pub unsafe fn free_object(&self, p: *mut u8) -> bool {
+        // SAFETY: per the contract.
+        unsafe { self.free_object_with(crate::freelist::secret(), p) }
+    }
+
+    /// `free_object` with the free-list secret given (the free fast path
+    /// has its heap's copy in a register already).
+    ///
+    /// # Safety
+    /// As for `free_object`; `secret` is `freelist::secret()`.
+    #[inline(always)]
+    pub unsafe fn free_object_with(&self, secret: usize, p: *mut u8) -> bool {
+        invariant!(self.inuse.get() != 0);
+        // SAFETY: per the contract, `p` is ours to write, and the list too.
+        unsafe { set_next_with(secret, p, self.local_free.get()) };
+        self.local_free.set(p);
+        let inuse = self.inuse.get() - 1;
+        self.inuse.set(inuse);
+        inuse == 0
     }
 
     /// OWNED, by its owner: takes the remote free list, or null if empty.
@@ -352,8 +390,14 @@ impl Slab {
     /// that tries again keeps the `looks_free` it read first.
     #[inline]
     pub fn push_remote(&self, p: *mut u8, me: usize, looks_free: bool) -> Push {
-        // Acquire: pairs with the Release that made the slab owned (or the
-        // CAS of an earlier freer), so its fields are visible.
+        // Acquire (here and on a failed CAS below): pairs with the Release
+        // that made the slab FULL (`try_make_full`, `make_full_from_listed`).
+        // The callers do not rely on it: the claim that follows acquires
+        // for itself (`try_claim_full`), and the push reads nothing that
+        // another thread publishes (`div` and `carved` were written before
+        // `p` was allocated; the links of earlier freers reach the owner
+        // through its Acquire swap, the freers' CASes being one release
+        // sequence). The model passes with both Relaxed.
         let mut r = self.remote.0.load(Ordering::Acquire);
         while r & TAG_MASK == REMOTE_OWNED {
             // Acquire: pairs with `give_back`'s Release of the owner.
@@ -389,7 +433,9 @@ impl Slab {
     /// False if the slab was not FULL any more.
     pub fn try_claim_full(&self, p: *mut u8) -> bool {
         // Acquire: sees the fields the last owner published with the
-        // Release CAS in `try_make_full` (or `make_full_from_listed`).
+        // Release CAS in `try_make_full` (or `make_full_from_listed`). Not
+        // left to `push_remote`'s Acquire: the FULL it read may be an older
+        // one (the slab claimed, handed on and made FULL again since).
         if self
             .remote
             .0

@@ -341,7 +341,7 @@ impl<T> Locked<T> {
     }
 
     /// The protected data, for a reader that manages `lock` itself.
-    pub fn data_ptr(&self) -> *mut T {
+    pub const fn data_ptr(&self) -> *mut T {
         self.data.get()
     }
 

@@ -23,6 +23,7 @@ static GLOBAL: ops_model::Counted = ops_model::Counted;
 mod ops_model;
 
 mod alloc_basic;
+mod anchor;
 mod errno_kept;
 mod memory_lifecycle;
 mod random_ops;

@@ -545,7 +545,9 @@ const TOTALS_FIELDS: &[&str] = slubmalloc::Totals::FIELDS;
 /// every field present and an exact unsigned integer, the classes real
 /// classes in increasing order, and the numbers consistent with each other.
 /// Returns the caches as maps, object size -> (field -> value), and the totals.
-fn parse_json_report(text: &str) -> (BTreeMap<u64, BTreeMap<String, u64>>, BTreeMap<String, u64>) {
+pub(crate) fn parse_json_report(
+    text: &str,
+) -> (BTreeMap<u64, BTreeMap<String, u64>>, BTreeMap<String, u64>) {
     let doc =
         json::parse(text).unwrap_or_else(|e| panic!("the JSON report does not parse: {e}\n{text}"));
     assert_eq!(doc.keys(), ["caches", "totals"], "top-level keys of {text}");

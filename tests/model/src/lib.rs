@@ -5,8 +5,9 @@
 //! process's statics. Loom runs each scenario under every interleaving of
 //! its threads (and every value a load may return under the C11 memory
 //! model), and fails on a cell read or written by two threads without a
-//! happens-before edge between them. The modules at the protocol's edges
-//! (`os`, `options`, `segment`) are stand-ins below.
+//! happens-before edge between them; the free-list links are such cells
+//! too (`links`). The modules at the protocol's edges (`os`, `options`,
+//! `segment`) are stand-ins below.
 #![cfg(loom)]
 // The included modules have items that only the allocator uses.
 #![allow(dead_code)]
@@ -43,6 +44,59 @@ pub mod options {
         &Options {
             freelist_random: false,
         }
+    }
+}
+
+/// The free-list links: `freelist` keeps each object's first word here
+/// (`load_link_word`), one loom cell per object, so that loom sees the links
+/// as it sees the slab's fields and reports a link read or written by two
+/// threads without a happens-before edge between them. Each run of a
+/// scenario makes the cells of its slab's objects (`track`) before it
+/// starts its threads, and forgets them at its end (`forget`); a link
+/// outside them is a failure. Per OS thread, as the model's segment is: the
+/// harness runs each test on a thread of its own, and loom runs a test's
+/// threads on that one.
+pub mod links {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::rc::Rc;
+
+    type Word = Rc<loom::cell::UnsafeCell<usize>>;
+
+    std::thread_local! {
+        static WORDS: RefCell<BTreeMap<usize, Word>> = const { RefCell::new(BTreeMap::new()) };
+    }
+
+    /// Tracks the first words of `objects`, each holding 0 (a zero page).
+    pub fn track(objects: impl IntoIterator<Item = usize>) {
+        WORDS.with(|w| {
+            let mut w = w.borrow_mut();
+            w.clear();
+            for obj in objects {
+                w.insert(obj, Rc::new(loom::cell::UnsafeCell::new(0)));
+            }
+        });
+    }
+
+    /// Forgets the words of the run that ends (their cells are its).
+    pub fn forget() {
+        WORDS.with(|w| w.borrow_mut().clear());
+    }
+
+    fn word(obj: usize) -> Word {
+        WORDS
+            .with(|w| w.borrow().get(&obj).cloned())
+            .unwrap_or_else(|| panic!("the link of {obj:#x} is not a tracked object's"))
+    }
+
+    pub fn load(obj: usize) -> usize {
+        // SAFETY: loom checks the access (`with` reports a race).
+        word(obj).with(|p| unsafe { *p })
+    }
+
+    pub fn store(obj: usize, value: usize) {
+        // SAFETY: as in `load`.
+        word(obj).with_mut(|p| unsafe { *p = value })
     }
 }
 

@@ -9,9 +9,9 @@ use std::sync::OnceLock;
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::freelist::{get_next, init_secret, set_next};
+use crate::freelist::{clear_link, get_next, init_secret};
 use crate::node::Node;
-use crate::size_class::{objects_per_slab, NUM_CLASSES, SEGMENT_BYTES};
+use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTES};
 use crate::slab::{Push, Slab, State, CLOSED};
 use crate::sync::{AtomicPtr, Ordering};
 
@@ -62,6 +62,10 @@ impl Scenario {
         // and descriptors are 128-byte aligned multiples); the previous
         // run's descriptor was dropped in place.
         unsafe { slab.write(Slab::new_free()) };
+        // SAFETY: just written.
+        let start = unsafe { (*slab).start() } as usize;
+        let size = CLASS_BYTES[class()] as usize;
+        crate::links::track((0..objects_per_slab(class()) as usize).map(|i| start + i * size));
         Scenario { slab }
     }
 
@@ -93,6 +97,7 @@ impl Drop for Scenario {
     fn drop(&mut self) {
         // SAFETY: written in `new`; every thread using it has been joined.
         unsafe { self.slab.drop_in_place() };
+        crate::links::forget();
     }
 }
 
@@ -143,27 +148,41 @@ fn free_in_owned(slab: &Slab) -> BTreeSet<usize> {
 /// The owner's free of one of its objects onto the local list (the fast
 /// path's non-active case).
 fn free_local(slab: &Slab, p: usize) {
-    // SAFETY: `p` is an object of the slab, in use, given up.
-    unsafe { set_next(p as *mut u8, slab.local_free.get()) };
-    slab.local_free.set(p as *mut u8);
-    slab.inuse.set(slab.inuse.get() - 1);
+    // SAFETY: `p` is an object of the slab, in use, given up; the caller
+    // owns the slab.
+    unsafe { slab.free_object(p as *mut u8) };
 }
 
-/// A remote free as `release::free_unowned` does it, for a slab that is
+/// A free by OTHER as `release::free_unowned` does it, for a slab that is
 /// OWNED or FULL: push, or claim and give back to OWNER (adopt if closed).
 /// Returns whether the freer adopted the slab.
 fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
+    free_warm(OTHER, slab, p, returned)
+}
+
+/// `free_remote` by the heap `me`, for which the class is warm: a slab it
+/// finds it owns (`Push::Mine`) takes the free on its local list, as
+/// `release::free_owned_slow` does; a FULL slab it claims goes back to its
+/// last owner unless that is `me` or closed, else `me` adopts it.
+fn free_warm(me: usize, slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
     loop {
-        match slab.push_remote(p as *mut u8, OTHER, false) {
+        match slab.push_remote(p as *mut u8, me, false) {
             Push::Pushed => return false,
+            Push::Mine => {
+                // SAFETY: `p` is an object of the slab, in use, given up;
+                // `me` owns the slab.
+                unsafe { slab.free_object(p as *mut u8) };
+                return false;
+            }
             Push::NotOwned(State::Full) => {
                 if !slab.try_claim_full(p as *mut u8) {
                     continue;
                 }
-                if slab.give_back(slab.last_owner.get(), returned) {
+                let last = slab.last_owner.get();
+                if last != 0 && last != me && slab.give_back(last, returned) {
                     return false;
                 }
-                slab.adopt(OTHER);
+                slab.adopt(me);
                 return true;
             }
             other => panic!("unexpected {other:?}"),
@@ -239,12 +258,18 @@ fn remote_frees_reach_the_owner_while_it_frees_and_collects() {
             })
             .collect();
         free_local(slab, c);
+        // The owner's refills, until both frees have come (loom runs the
+        // freers meanwhile): it reads the links they wrote, before it has
+        // joined them.
         let mut collected = BTreeSet::new();
-        collect(slab.take_remote(), &mut collected);
+        while collected.len() < 2 {
+            collect(slab.take_remote(), &mut collected);
+            thread::yield_now();
+        }
         for f in freers {
             f.join().unwrap();
         }
-        collect(slab.take_remote(), &mut collected);
+        assert!(slab.take_remote().is_null());
         assert_eq!(collected, BTreeSet::from([a, b]));
         let mut local = BTreeSet::new();
         collect(slab.local_free.get(), &mut local);
@@ -326,6 +351,35 @@ fn a_give_back_races_the_owners_exit_and_one_of_them_keeps_the_slab() {
         let owner = if adopted { OTHER } else { OWNER };
         assert_eq!(slab.owner.load(Ordering::Relaxed), owner);
         assert_eq!(slab.state(), State::Owned);
+    });
+}
+
+#[test]
+fn the_owner_frees_into_its_full_slab_as_a_freer_gives_it_back() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let (a, b) = (objects[0], objects[1]);
+        assert!(slab.try_make_full(OWNER));
+        let returned = Arc::new(AtomicPtr::new(core::ptr::null_mut()));
+        let r = returned.clone();
+        let freer = thread::spawn(move || free_remote(slab, a, &r));
+        // The owner frees `b` meanwhile: once it sees itself the owner
+        // again, on the local list that the freer's claim wrote.
+        let adopted = free_warm(OWNER, slab, b, &returned);
+        let freer_adopted = freer.join().unwrap();
+        assert!(!freer_adopted, "OWNER never closed its stack");
+        let given_back = returned.load(Ordering::Relaxed);
+        if adopted {
+            // The owner claimed it first; the freer pushed onto it.
+            assert!(given_back.is_null());
+        } else {
+            assert_eq!(given_back, slab as *const Slab as *mut Slab);
+        }
+        assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
+        assert_eq!(slab.state(), State::Owned);
+        slab.check();
+        assert_eq!(free_in_owned(slab), BTreeSet::from([a, b]));
     });
 }
 
@@ -421,7 +475,7 @@ fn a_remote_free_that_loses_its_push_to_a_listing_is_no_double_free() {
         let (a, c, d) = (objects[0], objects[2], objects[3]);
         // As an allocation leaves it: no stale link in the first word.
         // SAFETY: `a` is an object of the slab, in use.
-        unsafe { (a as *mut usize).write(0) };
+        unsafe { clear_link(a as *mut u8) };
         free_local(slab, c);
         free_local(slab, d);
         let node = Arc::new(Node::new());
