@@ -85,6 +85,15 @@ pub struct Global {
     pub background_purges: AtomicU64,
     /// Background purger threads started.
     pub purger_starts: AtomicU64,
+    /// Bytes mapped now for segments and large blocks, kept in one counter
+    /// (besides `segments` and `large_mapped`) so that its most is exact.
+    pub mapped_now: AtomicU64,
+    /// The most bytes mapped at once (`mapped_changed`).
+    pub mapped_max: AtomicU64,
+    /// The most large blocks live at once, and the most bytes of their
+    /// mappings: written under the large-block table's lock.
+    pub large_blocks_max: AtomicU64,
+    pub large_bytes_max: AtomicU64,
 }
 
 /// Read through `global()`; named by the anchor (`anchor`).
@@ -98,6 +107,10 @@ pub static GLOBAL: Global = Global {
     large_cache_hits: AtomicU64::new(0),
     background_purges: AtomicU64::new(0),
     purger_starts: AtomicU64::new(0),
+    mapped_now: AtomicU64::new(0),
+    mapped_max: AtomicU64::new(0),
+    large_blocks_max: AtomicU64::new(0),
+    large_bytes_max: AtomicU64::new(0),
 };
 
 pub fn global() -> &'static Global {
@@ -110,5 +123,20 @@ impl Global {
         // Relaxed: statistics counters, read as a snapshot.
         self.segments.load(Ordering::Relaxed) * crate::size_class::SEGMENT_BYTES as u64
             + self.large_mapped.load(Ordering::Relaxed)
+    }
+
+    /// Accounts `delta` bytes mapped (negative: unmapped). Slow paths only,
+    /// beside a system call: two locked instructions for a growth.
+    pub fn mapped_changed(&self, delta: i64) {
+        // Relaxed: statistics. The fetch_add puts every change in one order,
+        // so the values it yields are the counter's whole history, and the
+        // max of them is exact in whatever order the fetch_max calls land.
+        let now = self
+            .mapped_now
+            .fetch_add(delta as u64, Ordering::Relaxed)
+            .wrapping_add(delta as u64);
+        if delta > 0 {
+            self.mapped_max.fetch_max(now, Ordering::Relaxed);
+        }
     }
 }

@@ -186,6 +186,77 @@ pub extern "C" fn malloc_stats() {
     crate::report::write_report(crate::options::StatsMode::Text, 2);
 }
 
+/// glibc's mallinfo2 from slubmalloc's counters (`glibc_info::MallInfo`
+/// says which field means what).
+#[no_mangle]
+pub extern "C" fn mallinfo2() -> libc::mallinfo2 {
+    let m = crate::glibc_info::mallinfo();
+    let z = |v: u64| v as usize;
+    libc::mallinfo2 {
+        arena: z(m.arena),
+        ordblks: z(m.ordblks),
+        smblks: z(m.smblks),
+        hblks: z(m.hblks),
+        hblkhd: z(m.hblkhd),
+        usmblks: z(m.usmblks),
+        fsmblks: z(m.fsmblks),
+        uordblks: z(m.uordblks),
+        fordblks: z(m.fordblks),
+        keepcost: z(m.keepcost),
+    }
+}
+
+/// mallinfo2 in `int`s, each saturated at INT_MAX (glibc 2.36 truncates:
+/// 3 GiB in mmapped blocks reads as hblkhd -1073729536 there).
+#[no_mangle]
+pub extern "C" fn mallinfo() -> libc::mallinfo {
+    let m = crate::glibc_info::mallinfo();
+    let i = |v: u64| v.min(c_int::MAX as u64) as c_int;
+    libc::mallinfo {
+        arena: i(m.arena),
+        ordblks: i(m.ordblks),
+        smblks: i(m.smblks),
+        hblks: i(m.hblks),
+        hblkhd: i(m.hblkhd),
+        usmblks: i(m.usmblks),
+        fsmblks: i(m.fsmblks),
+        uordblks: i(m.uordblks),
+        fordblks: i(m.fordblks),
+        keepcost: i(m.keepcost),
+    }
+}
+
+/// The program's `FILE`, written with fwrite (its stdio may allocate: no
+/// allocator lock is held while it runs).
+struct FileWriter(*mut libc::FILE);
+
+impl core::fmt::Write for FileWriter {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        // SAFETY: `malloc_info`'s caller passes a FILE open for writing.
+        let n = unsafe { libc::fwrite(s.as_ptr().cast(), 1, s.len(), self.0) };
+        if n == s.len() {
+            Ok(())
+        } else {
+            Err(core::fmt::Error)
+        }
+    }
+}
+
+/// glibc's malloc_info: its XML, slubmalloc's numbers
+/// (`glibc_info::write_malloc_info`). `options` other than 0 return EINVAL
+/// with errno untouched, as glibc; a write error returns 0, as glibc.
+///
+/// # Safety
+/// `fp` is a FILE open for writing.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
+    if options != 0 {
+        return libc::EINVAL;
+    }
+    let _ = crate::glibc_info::write_malloc_info(&mut FileWriter(fp));
+    0
+}
+
 // glibc's internal entry points, so that no block crosses two allocators.
 
 #[no_mangle]

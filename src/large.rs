@@ -8,10 +8,19 @@
 //! resident); neighbouring cached pieces merge again. Growth and shrinking
 //! of a live block use mremap. A cached mapping unused for the purge delay
 //! is unmapped.
+//!
+//! A cached mapping is inaccessible (`os::protect`, PROT_NONE) until it is
+//! handed out again (unless `SLUBMALLOC_PROTECT_FREED_LARGE=0`), so a read or write of a freed block faults, as under
+//! glibc, which unmaps such blocks. Its pages stay resident: handing it out
+//! again changes its page table entries (one mprotect), it faults nothing
+//! in. Each cached piece is at most two more kernel mappings than without
+//! the protection (the boundaries where its protection differs from its
+//! neighbours'), so at most `2 * CACHE_SLOTS` in all.
 
 use core::mem::MaybeUninit;
 use core::ptr;
 
+use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap};
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
 
@@ -109,6 +118,19 @@ fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
+/// Whether cached mappings are kept inaccessible (the default; the option
+/// is read once, so every piece in the cache is in the same state).
+fn protecting() -> bool {
+    crate::options::get().protect_freed_large
+}
+
+/// Raises a maximum written only under the table's lock to `v`.
+fn raise(max: &AtomicU64, v: u64) {
+    if v > max.load(Ordering::Relaxed) {
+        max.store(v, Ordering::Relaxed);
+    }
+}
+
 fn hash(p: usize, cap: usize) -> usize {
     ((p >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & (cap - 1)
 }
@@ -184,9 +206,23 @@ impl Table {
         let g = crate::counters::global();
         add(&g.large_blocks, 1);
         add(&g.large_bytes, len as u64);
+        raise(&g.large_blocks_max, g.large_blocks.load(Ordering::Relaxed));
         if hit {
             add(&g.large_cache_hits, 1);
         }
+    }
+
+    /// Takes the live block in slot `i` out of the table and its counts;
+    /// returns its entry.
+    fn remove(&mut self, i: usize) -> Entry {
+        let e = self.slot(i);
+        invariant!(e.ptr > TOMBSTONE);
+        self.slot_mut(i).ptr = TOMBSTONE;
+        self.live_changed(-(e.len as isize));
+        let g = crate::counters::global();
+        add(&g.large_blocks, 1u64.wrapping_neg());
+        add(&g.large_bytes, (e.len as u64).wrapping_neg());
+        e
     }
 
     fn grow(&mut self) -> bool {
@@ -344,6 +380,10 @@ impl Table {
     /// shrinking). Lock held.
     fn live_changed(&mut self, grown: isize) {
         self.live_bytes = self.live_bytes.wrapping_add(grown as usize);
+        raise(
+            &crate::counters::global().large_bytes_max,
+            self.live_bytes as u64,
+        );
         if self.live_bytes > self.recent_peak {
             self.recent_peak = self.live_bytes;
             self.publish_cache();
@@ -431,19 +471,37 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             return ptr::null_mut();
         }
         Ok(Some(Hit::Fits(base, l))) => {
-            crate::purge::count_taken(l as u64, false);
-            if zero {
-                // SAFETY: the cached mapping is ours and at least `size` long.
-                unsafe { ptr::write_bytes(base as *mut u8, 0, size) };
+            // Cost: one mprotect, which rewrites the piece's page table
+            // entries (README, "Memory", has the benchmarks' numbers).
+            if !protecting() || os::protect(base as *mut u8, l, true) {
+                crate::purge::count_taken(l as u64, false);
+                if zero {
+                    // SAFETY: the cached mapping is ours, accessible now, and
+                    // at least `size` long.
+                    unsafe { ptr::write_bytes(base as *mut u8, 0, size) };
+                }
+                return base as *mut u8;
             }
-            return base as *mut u8;
+            // Past vm.max_map_count (the piece is part of a kernel mapping):
+            // a fresh mapping, if the kernel allows even that.
+            uncache_failed(base);
+            match map_fresh(len, align) {
+                Some(m) => (m, len, false),
+                None => return ptr::null_mut(),
+            }
         }
         Ok(Some(Hit::Grow(base, l))) => {
             // A failed grow falls back to a fresh mapping: errno stays as
             // the caller had it unless that fails too (`map_fresh` sets it).
+            // The piece is made accessible first: growing it may copy it.
             let grown = {
                 let _keep = os::ErrnoGuard::save();
-                grow_cached(base, l, len, zero)
+                if !protecting() || os::protect(base as *mut u8, l, true) {
+                    grow_cached(base, l, len, zero)
+                } else {
+                    unmap(base, l);
+                    None
+                }
             };
             match grown {
                 Some(q) => (q, len, true),
@@ -472,97 +530,6 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     base as *mut u8
 }
 
-/// A fresh mapping of `len` bytes at `align`, counted; None (errno ENOMEM)
-/// if the kernel refuses.
-fn map_fresh(len: usize, align: usize) -> Option<usize> {
-    let m = os::map_aligned(len, align.max(PAGE_BYTES));
-    if m.is_null() {
-        return None;
-    }
-    crate::counters::global()
-        .large_mapped
-        .fetch_add(len as u64, Ordering::Relaxed);
-    crate::purge::count_taken(len as u64, true);
-    Some(m as usize)
-}
-
-/// Grows the cached mapping `base..base + old` (taken out of the cache, so
-/// ours) to `len` bytes (`resize_mapping`): its resident pages move along,
-/// only the new part faults in. None if that fails (the old mapping is
-/// unmapped). `zero`: the old part is cleared; the new part is fresh zero
-/// pages.
-fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize> {
-    let Some(q) = resize_mapping(base, old, len) else {
-        unmap(base, old);
-        return None;
-    };
-    crate::counters::global()
-        .large_mapped
-        .fetch_add((len - old) as u64, Ordering::Relaxed);
-    crate::purge::count_taken(old as u64, false);
-    crate::purge::count_taken((len - old) as u64, true);
-    if zero {
-        // SAFETY: the first `old` bytes of the new mapping are ours.
-        unsafe { ptr::write_bytes(q as *mut u8, 0, old) };
-    }
-    Some(q)
-}
-
-/// Resizes the mapping `base..base + old` to `len` bytes, its contents kept,
-/// with mremap; a growing one that mremap cannot move (EFAULT: cached pieces
-/// merged across kernel mappings, one moved by an earlier mremap keeps its
-/// own) with `grow_in_parts`. None if the kernel refuses; the mapping is
-/// then intact.
-fn resize_mapping(base: usize, old: usize, len: usize) -> Option<usize> {
-    let q = os::remap(base as *mut u8, old, len) as usize;
-    if q != 0 {
-        return Some(q);
-    }
-    if len <= old {
-        return None;
-    }
-    grow_in_parts(base, old, len)
-}
-
-/// Grows a mapping made of several kernel mappings, contents kept: its
-/// first kernel mapping grows to `len` (and moves, as the next one follows
-/// it), then each next one moves to its place after it; a part the kernel
-/// will not move is copied (its pages fault in) and unmapped. None if the
-/// first does not grow (the mapping intact). large_replace: such pieces
-/// had been unmapped and a fresh block of 10-25 MiB faulted in instead.
-fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
-    let first = os::first_mapping_len(base as *mut u8, old);
-    let q = os::remap(base as *mut u8, first, len) as usize;
-    if q == 0 {
-        return None;
-    }
-    let mut done = first;
-    while done < old {
-        let (from, to, rest) = (base + done, q + done, old - done);
-        if os::remap_to(from as *mut u8, rest, to as *mut u8) {
-            break;
-        }
-        let part = os::first_mapping_len(from as *mut u8, rest);
-        if !os::remap_to(from as *mut u8, part, to as *mut u8) {
-            // SAFETY: `from..from + rest` is the rest of the old mapping,
-            // `to..to + rest` the same part of the new one, both ours.
-            unsafe { ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, rest) };
-            // Counted as moved: the caller counts the growth only.
-            os::unmap(from as *mut u8, rest);
-            break;
-        }
-        done += part;
-    }
-    Some(q)
-}
-
-fn unmap(base: usize, len: usize) {
-    os::unmap(base as *mut u8, len);
-    crate::counters::global()
-        .large_mapped
-        .fetch_sub(len as u64, Ordering::Relaxed);
-}
-
 /// Outcome of freeing a pointer that is not in a segment.
 pub enum Freed {
     Ok,
@@ -570,35 +537,61 @@ pub enum Freed {
     NotOurs,
 }
 
-/// Frees a large block: one lock hold.
+/// Frees a large block: the entry leaves the table in one lock hold; the
+/// mapping is made inaccessible outside the lock, then cached in a second
+/// hold. In between it is in neither: a second free finds it in `freed`,
+/// and a child forked then only loses it for reuse.
 pub fn free(p: *mut u8) -> Freed {
     let p = p as usize;
-    let now = crate::purge::now_ns();
-    let mut evicted = Evicted::new();
-    let r = LARGE.with(|t| {
+    let e = LARGE.with(|t| {
         let Some(i) = t.find(p) else {
-            return if t.freed.contains(&p) {
+            return Err(if t.freed.contains(&p) {
                 Freed::DoubleFree
             } else {
                 Freed::NotOurs
-            };
+            });
         };
-        let e = t.slot(i);
-        t.slot_mut(i).ptr = TOMBSTONE;
         t.freed[t.freed_next] = p;
         t.freed_next = (t.freed_next + 1) % FREED_RING;
-        t.live_changed(-(e.len as isize));
-        let g = crate::counters::global();
-        add(&g.large_blocks, 1u64.wrapping_neg());
-        add(&g.large_bytes, (e.len as u64).wrapping_neg());
-        t.cache_freed(e.base, e.len, now, &mut evicted);
-        Freed::Ok
+        Ok(t.remove(i))
     });
-    if let Freed::Ok = r {
-        evicted.unmap_all(false);
-        crate::purge::schedule(now);
+    let e = match e {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    let now = crate::purge::now_ns();
+    let mut evicted = Evicted::new();
+    if !protecting() || os::protect(e.base as *mut u8, e.len, false) {
+        LARGE.with(|t| t.cache_freed(e.base, e.len, now, &mut evicted));
+    } else {
+        // The kernel would need a mapping more than it allows: unmapped, it
+        // faults too.
+        evicted.push(e.base, e.len);
     }
-    r
+    evicted.unmap_all(false);
+    crate::purge::schedule(now);
+    Freed::Ok
+}
+
+/// A cached piece just entered as a block that could not be made
+/// accessible (`alloc`): it leaves the table and goes back to the cache,
+/// still inaccessible, and is not counted as a hit.
+#[cold]
+fn uncache_failed(base: usize) {
+    let now = crate::purge::now_ns();
+    let mut evicted = Evicted::new();
+    LARGE.with(|t| {
+        let i = t.find(base);
+        invariant!(i.is_some());
+        let Some(i) = i else { return };
+        let e = t.remove(i);
+        add(
+            &crate::counters::global().large_cache_hits,
+            1u64.wrapping_neg(),
+        );
+        t.cache_freed(e.base, e.len, now, &mut evicted);
+    });
+    evicted.unmap_all(false);
 }
 
 /// The usable size of a large block, or None if `p` is not one.
@@ -667,6 +660,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             (new_len as u64).wrapping_sub(e.len as u64),
             Ordering::Relaxed,
         );
+        g.mapped_changed(new_len as i64 - e.len as i64);
         t.insert(Entry {
             ptr: q,
             base: q,
@@ -726,47 +720,13 @@ pub fn repair_in_child() {
     LARGE.lock.reset_in_child();
 }
 
+/// Cached mappings (pieces kept for reuse) now: one lock hold For `mallinfo2`.
+#[cfg(feature = "override")]
+pub fn cached_pieces() -> u64 {
+    LARGE.with(|t| t.cache.iter().filter(|c| c.base != 0).count() as u64)
+}
+
 /// Number of live large blocks by walking the table (verification only).
 pub fn walk_count() -> u64 {
     LARGE.with(|t| (0..t.cap).filter(|&i| t.slot(i).ptr > TOMBSTONE).count() as u64)
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    /// Two kernel mappings side by side, each moved there by mremap after
-    /// its pages were written (so the kernel cannot merge them), as cached
-    /// pieces that merged: `first_mapping_len` finds where the first ends,
-    /// and `resize_mapping` (one mremap fails) moves both into the grown
-    /// mapping with their pages, the rest fresh zeros.
-    #[test]
-    fn a_piece_across_two_kernel_mappings_grows_with_its_pages() {
-        let (a_len, b_len) = (3 * PAGE_BYTES, 5 * PAGE_BYTES);
-        let old = a_len + b_len;
-        let region = os::map(old) as usize;
-        let a = os::map(a_len) as usize;
-        let b = os::map(b_len) as usize;
-        assert!(region != 0 && a != 0 && b != 0, "mmap failed");
-        // SAFETY: fresh mappings of these lengths, ours.
-        unsafe {
-            ptr::write_bytes(a as *mut u8, 1, a_len);
-            ptr::write_bytes(b as *mut u8, 2, b_len);
-        }
-        assert!(os::remap_to(a as *mut u8, a_len, region as *mut u8));
-        assert!(os::remap_to(
-            b as *mut u8,
-            b_len,
-            (region + a_len) as *mut u8
-        ));
-        assert_eq!(os::first_mapping_len(region as *mut u8, old), a_len);
-        let len = 4 * old;
-        let q = resize_mapping(region, old, len).expect("the parts moved");
-        // SAFETY: `q..q + len` is the grown mapping, ours.
-        let bytes = unsafe { core::slice::from_raw_parts(q as *const u8, len) };
-        assert!(bytes[..a_len].iter().all(|&x| x == 1), "first part");
-        assert!(bytes[a_len..old].iter().all(|&x| x == 2), "second part");
-        assert!(bytes[old..].iter().all(|&x| x == 0), "new part");
-        os::unmap(q as *mut u8, len);
-    }
 }

@@ -90,15 +90,17 @@
 //! 2. `counters`, `options`, `size_class`, `purge`: counter cells, the
 //!    environment, size classes and the segment/slab geometry, the purge
 //!    deadline, the trim bound and the background purger's state.
-//! 3. `freelist`, `slab`, `segment`, `large`, `prof_table`: encoded free
-//!    lists; a slab's descriptor and life cycle; segments of slabs; large
-//!    blocks; the heap profile's stacks and live samples.
+//! 3. `freelist`, `slab`, `segment`, `large`, `large_map`, `prof_table`:
+//!    encoded free lists; a slab's descriptor and life cycle; segments of
+//!    slabs; large blocks and their mappings; the heap profile's stacks and
+//!    live samples.
 //! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
 //!    their registry; the thread's heap pointer; debug mode's red zones.
-//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`, `anchor`: statistics
-//!    snapshots and reports; the verification walk; the fork handlers and
-//!    the child's repairs; the heap profile's file; the table that tells
-//!    slubtop, from outside, where the statistics are.
+//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`, `anchor`,
+//!    `glibc_info`: statistics snapshots and reports; the verification walk;
+//!    the fork handlers and the child's repairs; the heap profile's file; the
+//!    table that tells slubtop, from outside, where the statistics are;
+//!    glibc's introspection answers (`mallinfo2`, `malloc_info`).
 //! 6. `fastpath`, `refill`, `release`, `init`, `profile`, `background`,
 //!    `shared`: the fast paths; the allocation and free slow paths; process
 //!    and thread start and end; heap profile sampling; the background purger
@@ -122,9 +124,11 @@ mod ffi;
 mod fmt;
 mod fork;
 mod freelist;
+mod glibc_info;
 mod heap;
 mod init;
 mod large;
+mod large_map;
 #[cfg(feature = "nightly")]
 mod nightly;
 mod node;

@@ -136,6 +136,23 @@ pub fn remap(p: *mut u8, old_bytes: usize, new_bytes: usize) -> *mut u8 {
     q.cast()
 }
 
+/// Makes `p..p + bytes` (whole pages the caller owns) inaccessible, so that
+/// any read or write there faults, or (`accessible`) readable and writable
+/// again; its pages and their contents stay as they are. Changing part of a
+/// kernel mapping splits it: false if the kernel refuses (ENOMEM past
+/// `vm.max_map_count` mappings); errno is kept.
+pub fn protect(p: *mut u8, bytes: usize, accessible: bool) -> bool {
+    let _keep = ErrnoGuard::save();
+    let prot = if accessible {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_NONE
+    };
+    // SAFETY: the caller owns the range and holds no references into it
+    // while it is inaccessible.
+    unsafe { libc::mprotect(p.cast(), bytes, prot) == 0 }
+}
+
 /// Moves the mapping `p..p + bytes` to `to` (MREMAP_FIXED: what was mapped
 /// there goes); its pages go along. False if the kernel refuses, e.g. with
 /// EFAULT for a range that spans two kernel mappings; errno is kept.

@@ -146,10 +146,11 @@ pub fn take_now() {
 /// cache and the faults after it.
 const TRIM_START_BYTES: u64 = 32 << 20;
 /// The most the bound grows to: what a program that went idle may keep.
-/// `large_replace` (20 live blocks of 5-25 MiB, one replaced at a time,
-/// its cache up to half of 300 MiB) took 1.17x the CPU time of the tree
-/// before with 128 MiB (it trims again and again), 1.13x with 256 MiB (one
-/// trim, at the start).
+/// `large_replace` (20 live blocks of 5-25 MiB, one replaced at a time)
+/// caches up to half of its 300 MiB: with 128 MiB it trimmed again and
+/// again (1.17x the CPU time of the tree before the bound, when only fresh
+/// pages raised it, against 1.13x with 256 MiB); with 256 MiB and reuse
+/// counted it is level (0.98x-1.02x in three runs).
 const TRIM_MAX_BYTES: u64 = 256 << 20;
 /// Memory worth half the bound, taken back within this time of the last
 /// trim or raise, doubles the bound (see the module docs).

@@ -77,7 +77,9 @@ pub fn write_report(mode: StatsMode, stderr_fd: i32) {
         let mut w = FdWriter::new(fd);
         let _ = match mode {
             StatsMode::Json => s.write_json(&mut w).and_then(|_| w.write_str("\n")),
-            _ => write!(w, "slubmalloc statistics (pid {})\n{}", crate::os::pid(), s),
+            // Then glibc's closing lines, for scripts that read glibc's report.
+            _ => write!(w, "slubmalloc statistics (pid {})\n{}", crate::os::pid(), s)
+                .and_then(|_| crate::glibc_info::write_stats_totals(&mut w, &s)),
         };
     }
     if fd != stderr_fd {

@@ -266,9 +266,9 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     s.all = seg;
     s.count += 1;
     set_mapped(seg as usize, true);
-    crate::counters::global()
-        .segments
-        .fetch_add(1, Ordering::Relaxed);
+    let g = crate::counters::global();
+    g.segments.fetch_add(1, Ordering::Relaxed);
+    g.mapped_changed(SEGMENT_BYTES as i64);
     seg
 }
 
@@ -332,6 +332,7 @@ fn purge_segments_locked(s: &mut Segments) {
             os::unmap(seg.cast(), SEGMENT_BYTES);
             let g = crate::counters::global();
             g.segments.fetch_sub(1, Ordering::Relaxed);
+            g.mapped_changed(-(SEGMENT_BYTES as i64));
             // Relaxed: a statistics counter.
             os::PURGED_BYTES.fetch_add(dirty, Ordering::Relaxed);
         } else {

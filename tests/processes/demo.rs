@@ -51,6 +51,9 @@ fn demo_prints_one_report_when_python3_is_a_wrapper_script() {
         stderr.contains(&format!("== running {real} ")),
         "the demo did not run the real interpreter: {stderr}"
     );
-    let reports = stderr.lines().filter(|l| l.starts_with("in use ")).count();
+    let reports = stderr
+        .lines()
+        .filter(|l| l.starts_with("slubmalloc statistics (pid "))
+        .count();
     assert_eq!(reports, 1, "{reports} statistics reports:\n{stderr}");
 }

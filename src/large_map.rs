@@ -1,0 +1,140 @@
+//! Large blocks' mappings: made fresh, grown with their pages, resized,
+//! unmapped, each counted in the mapped bytes. `large` decides which.
+
+use core::ptr;
+
+use crate::os::{self, PAGE_BYTES};
+use crate::sync::Ordering;
+
+/// A fresh mapping of `len` bytes at `align`, counted; None (errno ENOMEM)
+/// if the kernel refuses.
+pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
+    let m = os::map_aligned(len, align.max(PAGE_BYTES));
+    if m.is_null() {
+        return None;
+    }
+    let g = crate::counters::global();
+    g.large_mapped.fetch_add(len as u64, Ordering::Relaxed);
+    g.mapped_changed(len as i64);
+    crate::purge::count_taken(len as u64, true);
+    Some(m as usize)
+}
+
+/// Grows the cached mapping `base..base + old` (taken out of the cache, so
+/// ours) to `len` bytes (`resize_mapping`): its resident pages move along,
+/// only the new part faults in. None if that fails (the old mapping is
+/// unmapped). `zero`: the old part is cleared; the new part is fresh zero
+/// pages.
+pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize> {
+    let Some(q) = resize_mapping(base, old, len) else {
+        unmap(base, old);
+        return None;
+    };
+    let g = crate::counters::global();
+    g.large_mapped
+        .fetch_add((len - old) as u64, Ordering::Relaxed);
+    g.mapped_changed((len - old) as i64);
+    crate::purge::count_taken(old as u64, false);
+    crate::purge::count_taken((len - old) as u64, true);
+    if zero {
+        // SAFETY: the first `old` bytes of the new mapping are ours.
+        unsafe { ptr::write_bytes(q as *mut u8, 0, old) };
+    }
+    Some(q)
+}
+
+/// Resizes the mapping `base..base + old` to `len` bytes, its contents kept,
+/// with mremap; a growing one that mremap cannot move (EFAULT: cached pieces
+/// merged across kernel mappings, one moved by an earlier mremap keeps its
+/// own) with `grow_in_parts`. None if the kernel refuses; the mapping is
+/// then intact.
+pub fn resize_mapping(base: usize, old: usize, len: usize) -> Option<usize> {
+    let q = os::remap(base as *mut u8, old, len) as usize;
+    if q != 0 {
+        return Some(q);
+    }
+    if len <= old {
+        return None;
+    }
+    grow_in_parts(base, old, len)
+}
+
+/// Grows a mapping made of several kernel mappings, contents kept: its
+/// first kernel mapping grows to `len` (and moves, as the next one follows
+/// it), then each next one moves to its place after it; a part the kernel
+/// will not move is copied (its pages fault in) and unmapped. None if the
+/// first does not grow (the mapping intact). large_replace: such pieces
+/// had been unmapped and a fresh block of 10-25 MiB faulted in instead.
+fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
+    let first = os::first_mapping_len(base as *mut u8, old);
+    let q = os::remap(base as *mut u8, first, len) as usize;
+    if q == 0 {
+        return None;
+    }
+    let mut done = first;
+    while done < old {
+        let (from, to, rest) = (base + done, q + done, old - done);
+        if os::remap_to(from as *mut u8, rest, to as *mut u8) {
+            break;
+        }
+        let part = os::first_mapping_len(from as *mut u8, rest);
+        if !os::remap_to(from as *mut u8, part, to as *mut u8) {
+            // SAFETY: `from..from + rest` is the rest of the old mapping,
+            // `to..to + rest` the same part of the new one, both ours.
+            unsafe { ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, rest) };
+            // Counted as moved: the caller counts the growth only.
+            os::unmap(from as *mut u8, rest);
+            break;
+        }
+        done += part;
+    }
+    Some(q)
+}
+
+/// Unmaps a large block's mapping, counted.
+pub fn unmap(base: usize, len: usize) {
+    os::unmap(base as *mut u8, len);
+    let g = crate::counters::global();
+    g.large_mapped.fetch_sub(len as u64, Ordering::Relaxed);
+    g.mapped_changed(-(len as i64));
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Two kernel mappings side by side, each moved there by mremap after
+    /// its pages were written (so the kernel cannot merge them), as cached
+    /// pieces that merged: `first_mapping_len` finds where the first ends,
+    /// and `resize_mapping` (one mremap fails) moves both into the grown
+    /// mapping with their pages, the rest fresh zeros.
+    #[test]
+    fn a_piece_across_two_kernel_mappings_grows_with_its_pages() {
+        let (a_len, b_len) = (3 * PAGE_BYTES, 5 * PAGE_BYTES);
+        let old = a_len + b_len;
+        let region = os::map(old) as usize;
+        let a = os::map(a_len) as usize;
+        let b = os::map(b_len) as usize;
+        assert!(region != 0 && a != 0 && b != 0, "mmap failed");
+        // SAFETY: fresh mappings of these lengths, ours.
+        unsafe {
+            ptr::write_bytes(a as *mut u8, 1, a_len);
+            ptr::write_bytes(b as *mut u8, 2, b_len);
+        }
+        assert!(os::remap_to(a as *mut u8, a_len, region as *mut u8));
+        assert!(os::remap_to(
+            b as *mut u8,
+            b_len,
+            (region + a_len) as *mut u8
+        ));
+        assert_eq!(os::first_mapping_len(region as *mut u8, old), a_len);
+        let len = 4 * old;
+        let q = resize_mapping(region, old, len).expect("the parts moved");
+        // SAFETY: `q..q + len` is the grown mapping, ours.
+        let bytes = unsafe { core::slice::from_raw_parts(q as *const u8, len) };
+        assert!(bytes[..a_len].iter().all(|&x| x == 1), "first part");
+        assert!(bytes[a_len..old].iter().all(|&x| x == 2), "second part");
+        assert!(bytes[old..].iter().all(|&x| x == 0), "new part");
+        os::unmap(q as *mut u8, len);
+    }
+}
