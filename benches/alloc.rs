@@ -1,4 +1,4 @@
-//! The Rust side of the comparison (issue 5): slubmalloc against
+//! The Rust side of the comparison: slubmalloc against
 //! `std::alloc::System` (glibc), the `mimalloc` crate and the
 //! `tikv-jemallocator` crate, all in one run, each called through its
 //! `GlobalAlloc` impl. None of them is this binary's `#[global_allocator]`

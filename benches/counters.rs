@@ -1,5 +1,6 @@
-//! What keeping the statistics costs the fast path (issue 4; seed 000: a
-//! shared counter cost hackbench 13%, a per-CPU one nothing).
+//! What keeping the statistics costs the fast path (in the 2020 patches
+//! that took `count_partial()` out of SLUB, a shared counter cost hackbench
+//! 13%, a per-CPU one nothing).
 //!
 //! The same two loads, built twice: with the per-thread event counters (the
 //! default) and with them compiled out (`RUSTFLAGS="--cfg slubmalloc_bench_no_counters"`):

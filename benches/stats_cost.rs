@@ -1,6 +1,6 @@
 //! `slubmalloc::stats()` costs the same with 10 and with 50,000 partial slabs
-//! (issue 2; seed 000: Linux's `count_partial()` walked the list and stalled
-//! machines with a million partial slabs).
+//! (Linux's `count_partial()` walked the list and stalled machines with a
+//! million partial slabs).
 //!
 //! The partial slabs are made the way a program makes them: one thread fills
 //! slabs of the 32 KiB class (2 objects per 64 KiB slab, so few pages are

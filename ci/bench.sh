@@ -6,13 +6,14 @@
 # Debian's jemalloc, mimalloc and tcmalloc by LD_PRELOAD, interleaved; then
 # ci/bench_report.py's REPORT.md, charts (SVG) and results.csv.
 #
-#   ci/bench.sh [--size tiny|small|full] [--rounds N] [--threads N] [--out DIR]
+#   ci/bench.sh [--size tiny|small|full|big] [--rounds N] [--threads N] [--out DIR]
 #               [--workloads a,b,...] [--allocators a,b,...] [--callgrind 0|1]
 #               [--timeout S]
 #
 # The same settings can come from the environment: SIZE, ROUNDS, THREADS, OUT,
-# WORKLOADS, ALLOCATORS, CALLGRIND, TIMEOUT. Defaults: SIZE=full, ROUNDS=5,
-# THREADS=$(nproc), CALLGRIND=1 (0 at SIZE=tiny), OUT=bench/report for
+# WORKLOADS, ALLOCATORS, CALLGRIND, TIMEOUT. SIZE=big is full with the
+# huge_heap workload at 8 GiB (about 10 GiB resident). Defaults: SIZE=full,
+# ROUNDS=5, THREADS=$(nproc), CALLGRIND=1 (0 at SIZE=tiny), OUT=bench/report for
 # SIZE=full and target/measure/report-$SIZE otherwise (so that a CI smoke run
 # never overwrites the committed report). A run that crashes, hangs or exits
 # non-zero is reported with the command that reproduces it and makes the

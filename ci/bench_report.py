@@ -46,6 +46,11 @@ DESCRIPTIONS = {
     "idle_purge": "threads build small blocks, free them all and exit; the program then idles without a "
     "call: resident memory kept",
     "large_replace": "20 live blocks of 5..25 MiB, one freed and a new one allocated per step",
+    "big_heap": "one thread: 1 GiB (full size) of 48/64-byte blocks built, every other one replaced by a "
+    "40-byte block, all freed; phases and ns per operation in its output",
+    "huge_heap": "big_heap at 4 GiB (full size; 8 GiB with SIZE=big): the same cost per operation expected",
+    "big_blocks": "1,000 live blocks of 128..180 KiB, 200,000 replaced at random one at a time",
+    "many_big_blocks": "big_blocks with 16,000 live blocks (full size): the same cost per replacement expected",
 }
 
 

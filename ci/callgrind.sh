@@ -8,7 +8,7 @@
 #
 #   ci/callgrind.sh [-m M] [-s SIZE] [-o REPORT.md]
 #
-# Rows: Rust, examples/fastpath_count.rs with slubmalloc as
+# Rows: Rust, tests/programs/fastpath_count.rs with slubmalloc as
 # #[global_allocator]; C, benches/c/pairs.c under LD_PRELOAD of slubmalloc,
 # glibc (nothing preloaded) and Debian's mimalloc, jemalloc and tcmalloc
 # (skipped when not installed: ci/deps.sh). It is two runs of ci/measure.py.
@@ -27,7 +27,7 @@ while getopts "m:s:o:" opt; do
 done
 {
   echo "Instructions per malloc + free pair of $SIZE B, $(git log -1 --format=%h), $(valgrind --version)"
-  ci/measure.py -r 0 --callgrind "$M" --label Rust --build example:fastpath_count \
+  ci/measure.py -r 0 --callgrind "$M" --label Rust --build program:fastpath_count \
     --split 'malloc=^(__rust_alloc|__rg_alloc|.*SlubMalloc.*alloc.*)$' \
     --split 'free=^(__rust_dealloc|__rg_dealloc|.*SlubMalloc.*dealloc.*)$' \
     slubmalloc -- '{exe}' '{n}' "$SIZE"

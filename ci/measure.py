@@ -3,7 +3,7 @@
 under each, interleaved, and reports medians and instruction counts.
 
     ci/measure.py [OPTIONS] VARIANT... [-- COMMAND ARGS...]
-    ci/measure.py bench [--size tiny|small|full] [--rounds N] ...   (ci/bench.sh)
+    ci/measure.py bench [--size tiny|small|full|big] [--rounds N] ...   (ci/bench.sh)
 
 A VARIANT is  [REV][+SWITCH]...[:NAME=VALUE]...
   REV      a git revision, built from `git archive` of it; empty, `.` or
@@ -22,7 +22,9 @@ Every variant is built with cargo into one target tree (target/measure: the
 dependencies compile once), its artifact copied to
 target/measure/variants/LABEL/. What is built (--build):
   preload       libslubmalloc.so (--features override), run by LD_PRELOAD (default)
-  example:NAME  the crate's example NAME; COMMAND names it {exe}
+  program:NAME  the program NAME of tests/programs/ (a Rust program with
+                slubmalloc as its global allocator; at a revision from before
+                that package, the crate's example NAME); COMMAND names it {exe}
   bench:NAME    the benches package's bench NAME; COMMAND names it {exe}
 The C workloads (benches/c/*.c, with the shared benches/c/bench.h) are built
 into target/measure/bin/, which COMMAND names {bin}.
@@ -74,8 +76,10 @@ import bench_report  # noqa: E402  (the report and its medians)
 
 TREE = os.path.join("target", "measure")
 BIN = os.path.join(TREE, "bin")
-SIZES = ("tiny", "small", "full")
-# name -> (command, n per size (tiny, small, full), instructions per op divisor)
+# `big`: the full sizes, and bigger heaps for the workloads that name a
+# fourth n (huge_heap: 8 GiB; about 10 GiB resident at once).
+SIZES = ("tiny", "small", "full", "big")
+# name -> (command, n per size (tiny, small, full[, big]), instructions per op divisor)
 # {T}: threads; {gen}/{ms}: larson's generations, bursty's light-use time.
 WORKLOADS = {
     "msgpass": ("{bin}/msgpass {T} {n} 16 512", (50000, 500000, 2000000), 1),
@@ -96,14 +100,24 @@ WORKLOADS = {
     "live_threads": ("{bin}/live_threads {n} 4", (200, 1000, 4000), 1),
     "idle_purge": ("{bin}/idle_purge {n} 1000 2", (64, 256, 512), 1),
     "large_replace": ("{bin}/large_replace {n} 20 5 25", (20, 100, 300), 1),
+    # Big heaps (one thread; the cost of an operation should not grow with
+    # the heap): n MiB of 48/64-byte blocks built, half replaced by 40-byte
+    # ones, all freed (big_heap 1 GiB and huge_heap 4 GiB at full size,
+    # huge_heap 8 GiB at big); n live blocks of 128-180 KiB, 200,000
+    # replaced one at a time (1,000 and 16,000 at full size).
+    "big_heap": ("{bin}/big_heap {n}", (64, 256, 1024), 1),
+    "huge_heap": ("{bin}/big_heap {n}", (128, 512, 4096, 8192), 1),
+    "big_blocks": ("{bin}/big_blocks {n} 200000", (1000, 1000, 1000), 1),
+    "many_big_blocks": ("{bin}/big_blocks {n} 200000", (2000, 4000, 16000), 1),
     # Four threads whatever the machine: server churn of mixed sizes with
     # requests passed round a ring of workers; a random stress on one shared
     # table of blocks (frees of any thread's blocks, small and large).
     "churn": ("{bin}/churn 4 {n} 2000", (100000, 1000000, 4000000), 1),
     "stress": ("{bin}/stress 4 {n} 10000", (100000, 1000000, 3000000), 1),
 }
-PER_SIZE = {"tiny": {"gen": 5, "ms": 300}, "small": {"gen": 10, "ms": 1000}, "full": {"gen": 20, "ms": 2000}}
-BENCH_WORKLOADS = "msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,large_replace"
+PER_SIZE = {"tiny": {"gen": 5, "ms": 300}, "small": {"gen": 10, "ms": 1000}, "full": {"gen": 20, "ms": 2000},
+            "big": {"gen": 20, "ms": 2000}}
+BENCH_WORKLOADS = "msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,large_replace,big_heap,huge_heap,big_blocks,many_big_blocks"
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
@@ -216,7 +230,7 @@ def cargo_json_executable(out, name):
 
 
 def build(v, what):
-    """Builds variant `v`'s artifact (`what`: preload, example:NAME, bench:NAME)."""
+    """Builds variant `v`'s artifact (`what`: preload, program:NAME, bench:NAME)."""
     if v.peer:
         if what != "preload":
             die(f"{v.spec}: a peer has no {what}")
@@ -258,10 +272,18 @@ def build(v, what):
         src = os.path.join(target, "release", "libslubmalloc.so")
         v.lib = os.path.join(dest, "libslubmalloc.so")
         shutil.copy2(src, v.lib)
-    elif kind == "example":
-        sh(["cargo", "build", "--quiet", "--example", name, *fargs, *common], env=env)
+    elif kind == "program":
+        if os.path.exists(os.path.join(tree, "tests", "programs", "Cargo.toml")):
+            # The variant's features are the allocator's, not the package's.
+            pfargs = ["--features", ",".join(f"slubmalloc/{f}" for f in v.features)] if v.features else []
+            sh(["cargo", "build", "--quiet", "-p", "slubmalloc-programs", "--bin", name, *pfargs, *common],
+               env=env)
+            built = os.path.join(target, "release", name)
+        else:
+            sh(["cargo", "build", "--quiet", "--example", name, *fargs, *common], env=env)
+            built = os.path.join(target, "release", "examples", name)
         v.exe = os.path.join(dest, name)
-        shutil.copy2(os.path.join(target, "release", "examples", name), v.exe)
+        shutil.copy2(built, v.exe)
     elif kind == "bench":
         out = sh(["cargo", "bench", "-p", "slubmalloc-benches", "--bench", name, "--no-run",
                   "--message-format=json", *fargs, *common[1:]], env=env, capture_output=True, text=True).stdout
@@ -271,7 +293,7 @@ def build(v, what):
         v.exe = os.path.join(dest, name)
         shutil.copy2(exe, v.exe)
     else:
-        die(f"--build {what}: preload, example:NAME or bench:NAME")
+        die(f"--build {what}: preload, program:NAME or bench:NAME")
     return True
 
 
@@ -343,7 +365,7 @@ def named_workloads(names, size, threads):
         fill = dict(PER_SIZE[size], T=threads, bin=BIN, python=python, sqlite=sqlite or "sqlite3")
         for k, val in fill.items():
             text = text.replace("{" + k + "}", str(val))
-        out.append(Command(w, text, ns[SIZES.index(size)], per))
+        out.append(Command(w, text, ns[min(SIZES.index(size), len(ns) - 1)], per))
     return out
 
 
@@ -610,7 +632,8 @@ def bench(argv):
     load_start = open("/proc/loadavg").read().split()[:3]
     start = time.time()
     failures = interleave(cmds, variants, a.rounds, {}, timeout, raw, os.path.join(raw, "runs.csv"),
-                          keep_out=("bursty", "idle_purge"))
+                          keep_out=("bursty", "idle_purge", "big_heap", "huge_heap", "big_blocks",
+                                    "many_big_blocks"))
     # Instructions of the fast paths: fastpath's phases against its stand-in
     # allocator (FASTPATH_BASELINE=1), from callgrind_annotate.
     fp = Command("fastpath", WORKLOADS["fastpath"][0].replace("{bin}", BIN), 200000, 4)

@@ -52,6 +52,9 @@ pub struct ClassHeap {
     /// linked through `Slab::next` (a stack other threads push on; we take
     /// it whole). `CLOSED` once the thread has exited.
     pub returned: AtomicPtr<Slab>,
+    /// The node-listed slab this thread freed into last (compared, never
+    /// followed): a second free in a row into it adopts it (`release`).
+    pub last_listed_free: Cell<*mut Slab>,
     pub ev: Counters,
 }
 
@@ -172,6 +175,7 @@ impl ClassHeap {
             partial_count: Cell::new(0),
             stash: Cell::new(ptr::null_mut()),
             returned: AtomicPtr::new(ptr::null_mut()),
+            last_listed_free: Cell::new(ptr::null_mut()),
             ev: Counters::new(),
         }
     }

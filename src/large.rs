@@ -31,8 +31,8 @@ use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
 /// (`benches/c/large_replace.c`), a quarter of the live bytes held the
 /// block just freed and the pieces of its predecessors, but evicted the
 /// pieces a later request would have fitted: half took 0.66x the time and
-/// 0.6x the page faults, for 2% more peak resident memory (README,
-/// "Memory").
+/// 0.6x the page faults, for 2% more peak resident memory
+/// (bench/report/HISTORY.md).
 const CACHE_SLOTS: usize = 32;
 // `best_cached` keeps a slot's index in the low bits of a page count.
 const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES);
@@ -45,6 +45,9 @@ const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES
 /// bound. (Those sizes now come from slabs; the bound still keeps the
 /// cache from fragmenting under any mix of sizes near each other.)
 const SPLIT_MIN_BYTES: usize = 1 << 20;
+/// Smaller cached mappings are not grown for a request (a fresh mapping, the
+/// piece kept): `big_blocks 16000` moved one for 37% of its replacements.
+const GROW_MIN_BYTES: usize = 1 << 20;
 const CACHE_MIN_BYTES: usize = 64 << 20;
 const CACHE_MAX_BYTES: usize = 1 << 30;
 /// Recently freed addresses, to name a second free "double free".
@@ -81,9 +84,9 @@ struct Table {
     slots: *mut Entry,
     /// Capacity, a power of two (0 before the first block).
     cap: usize,
-    /// While `grow` switches arrays: the new one, complete, and its
+    /// While `rebuild` switches arrays: the new one, complete, and its
     /// capacity, for a forked child that finds the switch half done.
-    growing: (*mut Entry, usize),
+    switching: (*mut Entry, usize),
     /// Live entries plus tombstones.
     used: usize,
     cache: [Cached; CACHE_SLOTS],
@@ -99,10 +102,10 @@ struct Table {
 // SAFETY: the table is reached only under its lock.
 unsafe impl Send for Table {}
 
-static LARGE: Locked<Table> = Locked::new(Table {
+const NEW_TABLE: Table = Table {
     slots: ptr::null_mut(),
     cap: 0,
-    growing: (ptr::null_mut(), 0),
+    switching: (ptr::null_mut(), 0),
     used: 0,
     cache: [NO_CACHED; CACHE_SLOTS],
     cached_bytes: 0,
@@ -110,7 +113,8 @@ static LARGE: Locked<Table> = Locked::new(Table {
     recent_peak: 0,
     freed: [0; FREED_RING],
     freed_next: 0,
-});
+};
+static LARGE: Locked<Table> = Locked::new(NEW_TABLE);
 
 /// Adds `n` (wrapping) to a counter written only under the table's lock:
 /// a relaxed load and store, no locked instruction.
@@ -180,10 +184,9 @@ impl Table {
         }
     }
 
-    /// Makes room for one more entry; false if the table could not grow
-    /// (out of memory).
+    /// Makes room for one more entry; false if out of memory.
     fn room(&mut self) -> bool {
-        (self.used + 1) * 4 <= self.cap * 3 || self.grow()
+        (self.used + 1) * 4 <= self.cap * 3 || self.rebuild()
     }
 
     /// Inserts an entry; `room` made space for it.
@@ -225,13 +228,18 @@ impl Table {
         e
     }
 
-    fn grow(&mut self) -> bool {
-        let new_cap = (self.cap * 2).max(256);
+    /// Moves the live entries, not the tombstones, into a new array at most
+    /// half full (a quarter fills before the next rebuild). Doubling at each
+    /// rebuild grew the table with the frees, whatever was live.
+    fn rebuild(&mut self) -> bool {
+        let (old, old_cap) = (self.slots, self.cap);
+        // SAFETY: i < old_cap within the old mapping.
+        let live = (0..old_cap).filter(|&i| unsafe { (*old.add(i)).ptr } > TOMBSTONE);
+        let new_cap = ((live.count() + 1) * 2).next_power_of_two().max(256);
         let slots = os::map(new_cap * core::mem::size_of::<Entry>()) as *mut Entry;
         if slots.is_null() {
             return false;
         }
-        let (old, old_cap) = (self.slots, self.cap);
         let mut used = 0;
         for i in 0..old_cap {
             // SAFETY: i < old_cap within the old mapping.
@@ -242,14 +250,14 @@ impl Table {
             }
         }
         // The new array is complete before the table names it; a child
-        // forked during the switch takes `growing` (`repair_in_child`).
-        self.growing = (slots, new_cap);
+        // forked during the switch takes `switching` (`repair_in_child`).
+        self.switching = (slots, new_cap);
         store_order_fence();
         self.slots = slots;
         self.cap = new_cap;
         self.used = used;
         store_order_fence();
-        self.growing = (ptr::null_mut(), 0);
+        self.switching = (ptr::null_mut(), 0);
         if !old.is_null() {
             os::unmap(old.cast(), old_cap * core::mem::size_of::<Entry>());
         }
@@ -273,7 +281,8 @@ impl Table {
     /// taken whole when little of it would be spare (an eighth of the
     /// request, or under `SPLIT_MIN_BYTES` with the mapping at most four
     /// times the request), else split with its tail left cached; failing
-    /// that, the largest of at least half the size, for the caller to grow.
+    /// that, the largest of at least half the size and `GROW_MIN_BYTES`,
+    /// for the caller to grow.
     fn take_cached(&mut self, len: usize) -> Option<Hit> {
         let hit = match self.best_cached(len) {
             Some(i) => {
@@ -296,7 +305,7 @@ impl Table {
                     .cache
                     .iter()
                     .enumerate()
-                    .filter(|(_, c)| c.base != 0 && c.len >= len / 2)
+                    .filter(|(_, c)| c.base != 0 && c.len >= (len / 2).max(GROW_MIN_BYTES))
                     .max_by_key(|(_, c)| c.len)?;
                 let c = *c;
                 self.cache[i] = NO_CACHED;
@@ -639,7 +648,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
         // The entry leaves before the mapping moves, so that the table never
         // names a mapping that may be gone (a forked child sees the table as
         // it was at any point of this).
-        let i = t.find(p).unwrap_or(i); // `grow` may have moved it
+        let i = t.find(p).unwrap_or(i); // `rebuild` may have moved it
         t.slot_mut(i).ptr = TOMBSTONE;
         store_order_fence();
         let q = {
@@ -692,7 +701,7 @@ pub fn purge_cache(cutoff_ns: u64) -> bool {
 }
 
 /// In a forked child whose parent had other threads (see `fork`), if one of
-/// them held the table's lock: finishes a half-done `grow`, recounts the
+/// them held the table's lock: finishes a half-done `rebuild`, recounts the
 /// used slots, drops the cache (an entry may be half written; its mappings
 /// stay mapped in the child, unused), and frees the lock. Live entries are
 /// whole: `place` writes the address last, `free` and `realloc` remove one
@@ -704,9 +713,9 @@ pub fn repair_in_child() {
     // SAFETY: the child runs one thread, and the thread that held the lock
     // is gone: nothing else touches the table.
     let t = unsafe { &mut *LARGE.data_ptr() };
-    if !t.growing.0.is_null() {
-        (t.slots, t.cap) = t.growing;
-        t.growing = (ptr::null_mut(), 0);
+    if !t.switching.0.is_null() {
+        (t.slots, t.cap) = t.switching;
+        t.switching = (ptr::null_mut(), 0);
     }
     t.used = (0..t.cap).filter(|&i| t.slot(i).ptr != EMPTY).count();
     t.cache = [NO_CACHED; CACHE_SLOTS];
@@ -729,4 +738,32 @@ pub fn cached_pieces() -> u64 {
 /// Number of live large blocks by walking the table (verification only).
 pub fn walk_count() -> u64 {
     LARGE.with(|t| (0..t.cap).filter(|&i| t.slot(i).ptr > TOMBSTONE).count() as u64)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// 1,000 live entries each freed and replaced 100 times: the table stays
+    /// sized by them (doubling at each rebuild left 16,384 slots).
+    #[test]
+    fn the_address_table_stays_sized_by_its_live_entries() {
+        let mut t = NEW_TABLE;
+        let e = |k: usize| Entry {
+            ptr: (k + 1) << 12,
+            base: (k + 1) << 12,
+            len: PAGE_BYTES,
+        };
+        for k in 0..101_000 {
+            if k >= 1000 {
+                let i = t.find(e(k - 1000).ptr).expect("a live entry is found");
+                t.slot_mut(i).ptr = TOMBSTONE;
+            }
+            assert!(t.room());
+            t.insert(e(k));
+        }
+        assert!(t.cap <= 4096, "{} slots for 1,000 live entries", t.cap);
+        assert!((100_000..101_000).all(|k| t.find(e(k).ptr).is_some()));
+        os::unmap(t.slots.cast(), t.cap * core::mem::size_of::<Entry>());
+    }
 }

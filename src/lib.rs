@@ -81,33 +81,9 @@
 //! aligned mappings of 64 KiB slabs). Blocks above 64 KiB get their own
 //! mappings.
 //!
-//! Modules in layers, lowest first. A module uses only modules of its own
-//! layer or lower ones, and no import cycle spans more than three modules
-//! (both checked by `tests/processes/layers.rs`):
-//!
-//! 1. `fmt`, `os`, `sync`, `unwind`: formatting without allocating, every
-//!    system call, atomics, the lock and the store-order fence; call stacks.
-//! 2. `counters`, `options`, `size_class`, `purge`: counter cells, the
-//!    environment, size classes and the segment/slab geometry, the purge
-//!    deadline, the trim bound and the background purger's state.
-//! 3. `freelist`, `slab`, `segment`, `large`, `large_map`, `prof_table`:
-//!    encoded free lists; a slab's descriptor and life cycle; segments of
-//!    slabs; large blocks and their mappings; the heap profile's stacks and
-//!    live samples.
-//! 4. `node`, `heap`, `tls`, `debug`: node partial lists; thread heaps and
-//!    their registry; the thread's heap pointer; debug mode's red zones.
-//! 5. `stats`, `report`, `walk`, `fork`, `prof_write`, `anchor`,
-//!    `glibc_info`: statistics snapshots and reports; the verification walk;
-//!    the fork handlers and the child's repairs; the heap profile's file; the
-//!    table that tells slubtop, from outside, where the statistics are;
-//!    glibc's introspection answers (`mallinfo2`, `malloc_info`).
-//! 6. `fastpath`, `refill`, `release`, `init`, `profile`, `background`,
-//!    `shared`: the fast paths; the allocation and free slow paths; process
-//!    and thread start and end; heap profile sampling; the background purger
-//!    thread; cold classes served from shared slabs.
-//! 7. `alloc`: routing a request to a class or a large block.
-//! 8. `ffi`, `nightly`: the C malloc family (feature `override`); the
-//!    nightly `Allocator` trait (feature `nightly`); and this file.
+//! The modules, the layers they keep (checked by a test), a map from
+//! concern to file and the routes a block takes: `ARCHITECTURE.md` in the
+//! repository.
 
 #![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -111,15 +111,44 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
             return adopt(heap, class, slab);
         }
         let node = &NODES[class];
-        let _g = node.lock.guard();
+        let g = node.lock.guard();
         if slab.state() != State::Listed {
             continue; // a heap took the slab, or it filled up, while we waited
+        }
+        if heap.is_warm(class) {
+            let c = &heap.classes[class];
+            if ptr::eq(
+                c.last_listed_free.replace(slab as *const Slab as *mut Slab),
+                slab,
+            ) {
+                adopt_listed(heap, class, slab);
+                drop(g);
+                return free_owned_slow(heap, slab, p, looks_free);
+            }
         }
         // Counted in the node's counters (no write to the class heap of a
         // thread whose class is cold).
         node.free_listed(slab, p, looks_free);
         return;
     }
+}
+
+/// A second free in a row into the same node-listed slab: the thread takes
+/// the slab (LISTED -> OWNED, onto its partial list), so that its next
+/// frees into it are local ones, not one node lock each. A program that
+/// frees its blocks in the order it allocated them frees a slab's blocks
+/// one after another: big_heap's free phase took the node lock for each of
+/// 19 million frees at 4 GiB. Frees scattered over many listed slabs keep
+/// the lock per free and leave the slabs listed. Node lock held.
+fn adopt_listed(heap: &Heap, class: usize, slab: &Slab) {
+    let c = &heap.classes[class];
+    NODES[class].remove(slab);
+    slab.take_listed(owner_tag(heap));
+    while c.partial_count.get() >= MAX_THREAD_PARTIAL {
+        // SAFETY: the partial list is not empty; its slabs are ours.
+        release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());
+    }
+    c.push_partial(slab, true);
 }
 
 /// A slab this thread claimed from FULL (its free just made) goes to the

@@ -4,10 +4,17 @@
 //!
 //! A byte map over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
-//! Free slabs are purged (MADV_DONTNEED) after a delay, or at once when the
-//! freed memory left resident passes the trim bound (`purge`); wholly empty
-//! segments beyond a small cache are unmapped. The same deadline and bound
-//! empty the large block cache. Lock order: node -> segments -> large.
+//! Free slabs are purged (MADV_DONTNEED) once they have stayed free for the
+//! purge delay, or at once when the freed memory left resident passes the
+//! trim bound (`purge`); wholly empty segments beyond a small cache are
+//! unmapped. The same deadline and bound empty the large block cache. Lock
+//! order: node -> segments -> large.
+//!
+//! No operation walks every segment, so that a heap of 8 GiB (2,048
+//! segments) costs per operation what one of 1 GiB does: a new slab comes
+//! from the head of the list of segments with free slabs (the one freed into
+//! last, whose free slab is likeliest still resident), and a purge visits
+//! only the segments with free slabs not purged yet (the dirty queue).
 
 use core::cell::UnsafeCell;
 use core::ptr;
@@ -63,16 +70,39 @@ pub struct Segment {
     free_mask: u64,
     /// Free slabs whose pages may still be resident.
     dirty_mask: u64,
+    /// When each dirty slab was freed (`purge::now_ns`): a purge gives back
+    /// only the slabs free for a whole delay.
+    freed_at_ns: [u64; SLABS_PER_SEGMENT],
+    /// Links of the list of every segment (`Segments::all`).
     next: *mut Segment,
     prev: *mut Segment,
+    /// Links of the list of segments with a free slab (`Segments::with_free`).
+    next_free: *mut Segment,
+    prev_free: *mut Segment,
+    /// The next segment of the dirty queue (`Segments::dirty`), and whether
+    /// this one is on it (it is whenever `dirty_mask` is not 0; `alloc_slab`
+    /// may leave it there with none).
+    next_dirty: *mut Segment,
+    on_dirty: bool,
+    /// Wholly empty and purged, one of the `EMPTY_SEGMENTS_KEPT`.
+    kept_empty: bool,
 }
 
 const _: () = assert!(core::mem::size_of::<Segment>() <= SLAB_BYTES);
 
 struct Segments {
-    /// Every segment, for purging and the verification walk.
+    /// Every segment, for the verification walk and a forked child's repair.
     all: *mut Segment,
     count: usize,
+    /// The segments with a free slab, the one freed into last first.
+    with_free: *mut Segment,
+    /// The segments with dirty slabs, for the purge.
+    dirty: *mut Segment,
+    /// Segments with `kept_empty` set.
+    empty_kept: usize,
+    /// Bytes of the slabs whose `dirty_mask` bit is set: free, their pages
+    /// maybe still resident (published in `DIRTY_BYTES`).
+    dirty_bytes: u64,
 }
 
 // SAFETY: the raw pointers are reached only under the SEGMENTS lock.
@@ -81,28 +111,24 @@ unsafe impl Send for Segments {}
 static SEGMENTS: Locked<Segments> = Locked::new(Segments {
     all: ptr::null_mut(),
     count: 0,
+    with_free: ptr::null_mut(),
+    dirty: ptr::null_mut(),
+    empty_kept: 0,
+    dirty_bytes: 0,
 });
 
-/// Bytes of the free slabs whose pages may still be resident (every
-/// segment's dirty bits), for the trim bound. Written under the SEGMENTS
-/// lock (`set_dirty`), read without it.
+/// `Segments::dirty_bytes`, for the trim bound's test, which reads it
+/// without the lock; stored by the holders of the lock (`with_segments`).
 static DIRTY_BYTES: AtomicU64 = AtomicU64::new(0);
 
-/// Sets `DIRTY_BYTES`. SEGMENTS lock held.
-fn set_dirty(bytes: u64) {
-    // Relaxed: one writer at a time (the lock); the readers take a hint.
-    DIRTY_BYTES.store(bytes, Ordering::Relaxed);
-}
-
-/// `DIRTY_BYTES` plus or minus one slab. SEGMENTS lock held.
-fn dirty_slab(added: bool) {
-    // Relaxed: see `set_dirty`.
-    let d = DIRTY_BYTES.load(Ordering::Relaxed);
-    set_dirty(if added {
-        d + SLAB_BYTES as u64
-    } else {
-        d - SLAB_BYTES as u64
-    });
+/// Runs `f` under the SEGMENTS lock, then publishes `dirty_bytes`.
+fn with_segments<R>(f: impl FnOnce(&mut Segments) -> R) -> R {
+    SEGMENTS.with(|s| {
+        let r = f(s);
+        // Relaxed: one writer at a time (the lock); the reader takes a hint.
+        DIRTY_BYTES.store(s.dirty_bytes, Ordering::Relaxed);
+        r
+    })
 }
 
 /// The descriptor of the slab holding `p`, which must be inside a segment.
@@ -156,35 +182,13 @@ fn set_mapped(seg: usize, on: bool) {
     MAP.entry(region).store(on as u8, Ordering::Relaxed);
 }
 
-/// A free slab for a new use, or null with errno ENOMEM.
+/// A free slab for a new use, or null with errno ENOMEM. O(1): the head of
+/// the list of segments with free slabs, a dirty slab first.
 pub fn alloc_slab() -> *mut Slab {
     purge_if_due();
-    let mut fresh = false;
-    let slab = SEGMENTS.with(|s| {
-        let mut seg = s.all;
-        // SAFETY: segments on the list are live mappings; the lock is held.
-        while !seg.is_null() && unsafe { (*seg).free_mask } == 0 {
-            seg = unsafe { (*seg).next };
-        }
-        if seg.is_null() {
-            seg = new_segment(s);
-            if seg.is_null() {
-                return ptr::null_mut();
-            }
-        }
-        // SAFETY: `seg` is a live segment and the lock is held.
-        let seg = unsafe { &mut *seg };
-        let dirty = seg.free_mask & seg.dirty_mask;
-        let pick = if dirty != 0 { dirty } else { seg.free_mask };
-        let index = pick.trailing_zeros() as usize;
-        seg.free_mask &= !(1 << index);
-        seg.dirty_mask &= !(1 << index);
-        if dirty != 0 {
-            dirty_slab(false);
-        } else {
-            fresh = true;
-        }
-        &mut seg.slabs[index] as *mut Slab
+    let (slab, fresh) = with_segments(|s| {
+        let dirty = s.dirty_bytes;
+        (take_slab(s), s.dirty_bytes == dirty)
     });
     if !slab.is_null() {
         // A fresh slab's pages fault in as it is carved.
@@ -193,23 +197,49 @@ pub fn alloc_slab() -> *mut Slab {
     slab
 }
 
-/// Gives a slab with no live object back to its segment; its pages are purged
-/// after the purge delay, or at once when the freed memory left resident
-/// passes the trim bound (`trim_if_over_bound`).
+/// `alloc_slab`'s work, lock held.
+fn take_slab(s: &mut Segments) -> *mut Slab {
+    let mut seg = s.with_free;
+    if seg.is_null() {
+        seg = new_segment(s);
+        if seg.is_null() {
+            return ptr::null_mut();
+        }
+    }
+    // SAFETY: `seg` is a live segment and the lock is held.
+    let sg = unsafe { &mut *seg };
+    invariant!(sg.free_mask != 0);
+    let dirty = sg.free_mask & sg.dirty_mask;
+    let pick = if dirty != 0 { dirty } else { sg.free_mask };
+    let index = pick.trailing_zeros() as usize;
+    sg.free_mask &= !(1 << index);
+    // A dirty bit left for a slab in use would have a purge drop its
+    // pages; the segment stays on the dirty queue until the next purge
+    // finds nothing dirty.
+    if dirty != 0 {
+        s.dirty_bytes -= SLAB_BYTES as u64;
+    }
+    sg.dirty_mask &= !(1 << index);
+    if sg.kept_empty {
+        sg.kept_empty = false;
+        s.empty_kept -= 1;
+    }
+    if sg.free_mask == 0 {
+        unlink_free(s, seg);
+    }
+    &mut sg.slabs[index] as *mut Slab
+}
+
+/// Gives a slab with no live object back to its segment; its pages are
+/// purged once it has stayed free for the purge delay, or at once when the
+/// freed memory left resident passes the trim bound (`trim_if_over_bound`).
+/// Its segment goes to the head of the segments with free slabs (the next
+/// `alloc_slab` takes this slab, still resident) and onto the dirty queue.
 pub fn free_slab(slab: *mut Slab) {
-    SEGMENTS.with(|_| {
-        let seg = segment_of(slab as usize) as *mut Segment;
-        // SAFETY: `slab` is inside a live segment; the lock is held.
-        let seg = unsafe { &mut *seg };
-        let index = (slab as usize - seg as *mut Segment as usize) / core::mem::size_of::<Slab>();
-        invariant!(seg.dirty_mask & (1 << index) == 0);
-        seg.free_mask |= 1 << index;
-        seg.dirty_mask |= 1 << index;
-        dirty_slab(true);
-    });
+    let now = purge::now_ns();
+    with_segments(|s| give_slab(s, slab, now));
     // After the dirty bit: a purge that claims the deadline takes the lock
     // and sees it (`purge::schedule`).
-    let now = purge::now_ns();
     purge::schedule(now);
     if purge::take_due(now) {
         purge_all(now);
@@ -242,6 +272,59 @@ fn trim(freed_resident: u64) {
     }
 }
 
+/// `free_slab`'s work, lock held: the slab is dirty from `now`.
+fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) {
+    let seg = segment_of(slab as usize) as *mut Segment;
+    // SAFETY: `slab` is inside a live segment; the lock is held.
+    let sg = unsafe { &mut *seg };
+    let index = (slab as usize - seg as usize) / core::mem::size_of::<Slab>();
+    invariant!(sg.free_mask & (1 << index) == 0);
+    if sg.free_mask != 0 {
+        unlink_free(s, seg);
+    }
+    push_free(s, seg);
+    sg.free_mask |= 1 << index;
+    sg.dirty_mask |= 1 << index;
+    s.dirty_bytes += SLAB_BYTES as u64;
+    sg.freed_at_ns[index] = now;
+    if !sg.on_dirty {
+        sg.on_dirty = true;
+        sg.next_dirty = s.dirty;
+        s.dirty = seg;
+    }
+}
+
+/// Puts `seg` at the head of the segments with a free slab. Lock held.
+fn push_free(s: &mut Segments, seg: *mut Segment) {
+    // SAFETY: `seg` and the list's head are live segments; the lock is held.
+    unsafe {
+        (*seg).prev_free = ptr::null_mut();
+        (*seg).next_free = s.with_free;
+        if !s.with_free.is_null() {
+            (*s.with_free).prev_free = seg;
+        }
+    }
+    s.with_free = seg;
+}
+
+/// Takes `seg` off the segments with a free slab. Lock held.
+fn unlink_free(s: &mut Segments, seg: *mut Segment) {
+    // SAFETY: `seg` is on the list, its neighbours live; the lock is held.
+    unsafe {
+        let (next, prev) = ((*seg).next_free, (*seg).prev_free);
+        if prev.is_null() {
+            s.with_free = next;
+        } else {
+            (*prev).next_free = next;
+        }
+        if !next.is_null() {
+            (*next).prev_free = prev;
+        }
+        (*seg).next_free = ptr::null_mut();
+        (*seg).prev_free = ptr::null_mut();
+    }
+}
+
 fn new_segment(s: &mut Segments) -> *mut Segment {
     let seg = os::map_aligned(SEGMENT_BYTES, SEGMENT_BYTES) as *mut Segment;
     if seg.is_null() {
@@ -256,6 +339,7 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
         (*seg).dirty_mask = 0;
         (*seg).next = s.all;
         (*seg).prev = ptr::null_mut();
+        // The mapping is fresh zeros: no links, flags or times to clear.
         if !s.all.is_null() {
             (*s.all).prev = seg;
         }
@@ -265,6 +349,7 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     store_order_fence();
     s.all = seg;
     s.count += 1;
+    push_free(s, seg);
     set_mapped(seg as usize, true);
     let g = crate::counters::global();
     g.segments.fetch_add(1, Ordering::Relaxed);
@@ -306,28 +391,40 @@ pub fn purge_now() {
     purge_all(u64::MAX);
 }
 
-/// The purge the deadline asked for: large blocks cached for a whole delay
-/// before `now` are unmapped (the rest wait for another deadline), free
-/// slabs madvised, empty segments beyond `EMPTY_SEGMENTS_KEPT` unmapped.
+/// The purge the deadline asked for: what was freed a whole delay before
+/// `now` goes back (all of it for `u64::MAX`: `malloc_trim`): cached large
+/// blocks are unmapped, free slabs madvised, empty segments beyond
+/// `EMPTY_SEGMENTS_KEPT` unmapped. What was freed later waits for another
+/// deadline: a slab freed just before the deadline is likelier to be taken
+/// again than not, and a purge would have it faulted in again.
 fn purge_all(now: u64) {
-    if crate::large::purge_cache(now.saturating_sub(purge::delay_ns())) {
-        // Cached large blocks younger than the delay: look again later.
+    let cutoff = now.saturating_sub(purge::delay_ns());
+    let cache_left = crate::large::purge_cache(cutoff);
+    let slabs_left = with_segments(|s| purge_segments_locked(s, cutoff));
+    if cache_left || slabs_left {
+        // Younger than the delay: look again later.
         purge::schedule(purge::now_ns());
     }
-    SEGMENTS.with(purge_segments_locked);
 }
 
-fn purge_segments_locked(s: &mut Segments) {
-    let mut empty_kept = 0;
-    let mut seg = s.all;
+/// Purges the dirty slabs freed at or before `cutoff`, visiting only the
+/// segments on the dirty queue; returns whether dirty slabs are left (freed
+/// later), their segments queued again.
+fn purge_segments_locked(s: &mut Segments, cutoff: u64) -> bool {
+    let mut seg = core::mem::replace(&mut s.dirty, ptr::null_mut());
     while !seg.is_null() {
-        // SAFETY: live segment on the list, lock held.
-        let next = unsafe { (*seg).next };
+        // SAFETY: segments on the dirty queue are live; the lock is held.
         let sg = unsafe { &mut *seg };
-        if sg.free_mask == ALL_SLABS && empty_kept >= EMPTY_SEGMENTS_KEPT {
+        let next = sg.next_dirty;
+        invariant!(sg.on_dirty);
+        let due = due_mask(sg, cutoff);
+        if sg.free_mask == ALL_SLABS && due == sg.dirty_mask && s.empty_kept >= EMPTY_SEGMENTS_KEPT
+        {
             // Its free slabs not purged yet leave with it.
             let dirty = sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
+            s.dirty_bytes -= dirty;
             unlink(s, seg);
+            unlink_free(s, seg);
             set_mapped(seg as usize, false);
             os::unmap(seg.cast(), SEGMENT_BYTES);
             let g = crate::counters::global();
@@ -336,15 +433,38 @@ fn purge_segments_locked(s: &mut Segments) {
             // Relaxed: a statistics counter.
             os::PURGED_BYTES.fetch_add(dirty, Ordering::Relaxed);
         } else {
-            if sg.free_mask == ALL_SLABS {
-                empty_kept += 1;
+            purge_runs(seg as usize, due);
+            sg.dirty_mask &= !due;
+            s.dirty_bytes -= due.count_ones() as u64 * SLAB_BYTES as u64;
+            if sg.dirty_mask != 0 {
+                sg.next_dirty = s.dirty;
+                s.dirty = seg;
+            } else {
+                sg.on_dirty = false;
+                sg.next_dirty = ptr::null_mut();
+                if sg.free_mask == ALL_SLABS {
+                    invariant!(!sg.kept_empty);
+                    sg.kept_empty = true;
+                    s.empty_kept += 1;
+                }
             }
-            purge_runs(seg as usize, sg.dirty_mask);
-            sg.dirty_mask = 0;
         }
         seg = next;
     }
-    set_dirty(0);
+    !s.dirty.is_null()
+}
+
+/// The dirty slabs of `sg` freed at or before `cutoff`.
+fn due_mask(sg: &Segment, cutoff: u64) -> u64 {
+    let (mut due, mut rest) = (0, sg.dirty_mask);
+    while rest != 0 {
+        let i = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        if sg.freed_at_ns[i] <= cutoff {
+            due |= 1 << i;
+        }
+    }
+    due
 }
 
 /// madvise each run of consecutive set bits of `mask` as one call.
@@ -397,7 +517,9 @@ pub fn for_each_slab(mut f: impl FnMut(&Slab)) {
 /// walked forward from `all` (a new segment is written before it is linked;
 /// an unlinked one is skipped and only unmapped after), so the walk fixes
 /// the back links, the count and the map, and drops dirty bits of slabs
-/// that `alloc_slab` had taken but not yet marked clean.
+/// that `alloc_slab` had taken but not yet marked clean. The list of
+/// segments with free slabs, the dirty queue and the kept empty segments
+/// are built again from it.
 pub fn repair_in_child() {
     if !SEGMENTS.lock.is_locked() {
         return;
@@ -405,19 +527,95 @@ pub fn repair_in_child() {
     // SAFETY: the child runs one thread, and the thread that held the lock
     // is gone: nothing else touches the list.
     let s = unsafe { &mut *SEGMENTS.data_ptr() };
-    let (mut prev, mut seg, mut count, mut dirty) = (ptr::null_mut(), s.all, 0, 0);
+    let (mut prev, mut seg, mut count) = (ptr::null_mut(), s.all, 0);
+    (s.with_free, s.dirty, s.empty_kept) = (ptr::null_mut(), ptr::null_mut(), 0);
+    s.dirty_bytes = 0;
     while !seg.is_null() {
         // SAFETY: segments reachable from `all` are live mappings.
         let sg = unsafe { &mut *seg };
         sg.prev = prev;
         sg.dirty_mask &= sg.free_mask;
-        dirty += sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
+        s.dirty_bytes += sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
+        if sg.free_mask != 0 {
+            push_free(s, seg);
+        }
+        sg.on_dirty = sg.dirty_mask != 0;
+        if sg.on_dirty {
+            sg.next_dirty = s.dirty;
+            s.dirty = seg;
+        }
+        sg.kept_empty &= sg.free_mask == ALL_SLABS && !sg.on_dirty;
+        s.empty_kept += sg.kept_empty as usize;
         set_mapped(seg as usize, true);
         count += 1;
         prev = seg;
         seg = sg.next;
     }
     s.count = count;
-    set_dirty(dirty);
+    // Relaxed: the child runs one thread.
+    DIRTY_BYTES.store(s.dirty_bytes, Ordering::Relaxed);
     SEGMENTS.lock.reset_in_child();
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The address of the first byte of `slab`'s memory.
+    fn memory_of(slab: *mut Slab) -> *mut u8 {
+        let seg = segment_of(slab as usize);
+        (seg + (slab as usize - seg) / core::mem::size_of::<Slab>() * SLAB_BYTES) as *mut u8
+    }
+
+    /// Two slabs of a segment of its own, freed at times 100 and 200: a
+    /// purge with the cutoff at 150 gives back the first only (the second,
+    /// freed later, may be taken again) and leaves the segment queued; one
+    /// at 250 gives back the second, and the empty segment is kept. A
+    /// second empty segment is unmapped.
+    #[test]
+    fn a_purge_gives_back_only_the_slabs_free_for_a_whole_delay() {
+        let mut s = Segments {
+            all: ptr::null_mut(),
+            count: 0,
+            with_free: ptr::null_mut(),
+            dirty: ptr::null_mut(),
+            empty_kept: 0,
+            dirty_bytes: 0,
+        };
+        let (a, b) = (take_slab(&mut s), take_slab(&mut s));
+        assert!(!a.is_null() && !b.is_null());
+        // SAFETY: the slabs' memory is ours, mapped and unused.
+        unsafe { (memory_of(a).write(7), memory_of(b).write(7)) };
+        give_slab(&mut s, a, 100);
+        give_slab(&mut s, b, 200);
+        assert!(
+            purge_segments_locked(&mut s, 150),
+            "the second slab is left"
+        );
+        // SAFETY: as above; purged memory reads as zeros.
+        assert_eq!(
+            unsafe { (memory_of(a).read(), memory_of(b).read()) },
+            (0, 7)
+        );
+        assert!(!purge_segments_locked(&mut s, 250));
+        // SAFETY: as above.
+        assert_eq!(unsafe { memory_of(b).read() }, 0);
+        assert_eq!((s.count, s.empty_kept), (1, 1), "the empty segment is kept");
+        let first = s.all;
+        // A second segment, emptied: unmapped, the first still kept.
+        let seg = new_segment(&mut s);
+        assert!(!seg.is_null() && s.with_free == seg);
+        let c = take_slab(&mut s);
+        assert_eq!(segment_of(c as usize), seg as usize);
+        give_slab(&mut s, c, 300);
+        assert!(!purge_segments_locked(&mut s, 300));
+        assert_eq!((s.count, s.empty_kept, s.all), (1, 1, first));
+        assert!(s.dirty.is_null() && s.with_free == first);
+        unlink(&mut s, first);
+        set_mapped(first as usize, false);
+        os::unmap(first.cast(), SEGMENT_BYTES);
+        crate::counters::global()
+            .segments
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }

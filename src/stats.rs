@@ -1,4 +1,4 @@
-//! Statistics that are exact and free (seeds 000 and 002).
+//! Statistics that are exact and free.
 //!
 //! Each thread heap carries, per class, a block of event counters that only
 //! its thread writes, with relaxed loads and stores: no locked instruction on
@@ -115,8 +115,8 @@ stat_fields! {
     large_bytes: ("large bytes", " B");
     /// Bytes of freed large-block mappings kept for reuse.
     large_cached_bytes: ("large cached", " B");
-    /// The large-block cache's current bound: a quarter of the most bytes
-    /// live in large blocks since the last purge, 64 MiB to 1 GiB.
+    /// The large-block cache's current bound: half of the most bytes live
+    /// in large blocks since the last purge, 64 MiB to 1 GiB.
     large_cache_limit_bytes: ("large cache limit", " B");
     /// Large allocations served from the cache (whole, split or grown).
     large_cache_hits: ("large cache hits", "");

@@ -5,7 +5,7 @@
 //! posix_memalign / aligned_alloc / memalign / valloc / pvalloc with valid
 //! and invalid alignments, malloc_usable_size, free and cfree, malloc_trim,
 //! glibc's `__libc_*` aliases and slubmalloc_check_stats. Each return value and errno is compared with glibc
-//! 2.36's contract as `src/ffi.rs` states it (and `tests/preload_contract.rs`
+//! 2.36's contract as `src/ffi.rs` states it (and `tests/processes/preload_contract.rs`
 //! measures against glibc itself): NULL with ENOMEM for impossible sizes,
 //! EINVAL for impossible alignments, errno untouched on success; blocks
 //! aligned, large enough, zeroed by calloc, their contents kept by realloc

@@ -1,5 +1,5 @@
 /* Prints, one per line, what the SLUBMALLOC_* variables can change, as this
- * program sees it (tests/processes/secure_mode.rs; examples/option_effects.rs
+ * program sees it (tests/processes/secure_mode.rs; tests/programs/option_effects.rs
  * prints the same lines from Rust):
  *
  *   secure=S euid=U     getauxval(AT_SECURE) and the effective user id

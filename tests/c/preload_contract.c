@@ -1,7 +1,7 @@
 /* The C malloc contract, group by group: `preload_contract <group>` runs one
  * group of checks and prints "ok <group>" when all of them hold, or prints
  * "FAIL ..." on stderr and exits 1 at the first one that does not.  Every
- * group except the ones named slubmalloc-only in tests/preload_contract.rs
+ * group except the ones named slubmalloc-only in tests/processes/preload_contract.rs
  * must also pass on glibc's own malloc: the contract is glibc's.
  *
  * Every group first prints "malloc from <object>" (found with dladdr), so the

@@ -1,5 +1,5 @@
 /* Holds exactly K live blocks of SIZE bytes when it exits, for the statistics
- * report chosen by SLUBMALLOC_STATS (tests/stats_dump.rs).
+ * report chosen by SLUBMALLOC_STATS (tests/processes/stats_dump.rs).
  *
  * usage: stats_hold K SIZE [quiet]
  *

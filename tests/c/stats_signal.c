@@ -1,5 +1,5 @@
 /* A running multithreaded program asked for a statistics report by signal
- * (SLUBMALLOC_STATS_SIGNAL, tests/stats_dump.rs).
+ * (SLUBMALLOC_STATS_SIGNAL, tests/processes/stats_dump.rs).
  *
  * Starts THREADS workers that allocate and free in a loop, waits until each
  * has done some work, prints "ready" on stdout, then reads stdin until EOF.

@@ -1,5 +1,5 @@
 /* Counters that agree with a full walk after a concurrent workload under
- * LD_PRELOAD (tests/stats_dump.rs).
+ * LD_PRELOAD (tests/processes/stats_dump.rs).
  *
  * THREADS workers allocate blocks of many sizes (a few of them large) and
  * swap them through a shared mailbox, so most frees are of blocks another

@@ -292,6 +292,38 @@ fn a_smaller_cached_block_is_grown_with_mremap_not_mapped_afresh() {
     assert!(big.pages_hold_their_byte());
 }
 
+/// A cached mapping under 1 MiB that a request does not fit stays cached
+/// and the request gets a fresh mapping: grown for it, the only piece left
+/// the cache, and a program that replaces many blocks of this size one at
+/// a time kept a cache of one piece and moved a mapping for a third of its
+/// replacements.
+#[test]
+fn a_small_cached_block_too_small_for_a_request_stays_cached() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let layout = |kib: usize| std::alloc::Layout::from_size_align(kib << 10, 16).unwrap();
+    // SAFETY: non-zero sizes; each block is freed with its own layout.
+    unsafe {
+        std::alloc::dealloc(
+            std::hint::black_box(std::alloc::alloc(layout(200))),
+            layout(200),
+        );
+        let s0 = slubmalloc::stats().totals;
+        assert_eq!(s0.large_cached_bytes, 200 << 10);
+        let p = std::hint::black_box(std::alloc::alloc(layout(300)));
+        assert!(!p.is_null());
+        let s1 = slubmalloc::stats().totals;
+        assert_eq!(s1.mmaps, s0.mmaps + 1, "a fresh mapping");
+        assert_eq!(
+            s1.large_cached_bytes,
+            200 << 10,
+            "the smaller piece stays cached"
+        );
+        std::alloc::dealloc(p, layout(300));
+    }
+}
+
 #[test]
 fn bytes_purged_count_what_went_back_to_the_kernel() {
     let Some(_fresh) = crate::fresh_process() else {

@@ -249,3 +249,52 @@ fn one_line_summary_uses_jemalloc_names_and_agrees_with_the_totals() {
     let after = slubmalloc::stats().summary();
     assert!(after.allocated + 3000 * 1024 + (1 << 20) <= sum.allocated + 64 * 1024);
 }
+
+/// A thread that frees a node-listed slab's blocks one after another takes
+/// the slab at its second free: the first free is made under the node lock
+/// (counted slow), the others into a slab of its own (counted fast), not
+/// one node lock each. Counted exactly either way.
+#[test]
+fn frees_in_a_row_into_a_listed_slab_take_it_from_the_node() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let size = 3000; // 3072-byte class: 21 objects per slab
+    let cache = || *slubmalloc::stats().cache_for_size(size).unwrap();
+    // Past the 32 objects a cold class takes from shared slabs, the class
+    // is warm and a thread takes slabs of its own.
+    let forty = move || -> Vec<Vec<u8>> {
+        (0..40)
+            .map(|_| std::hint::black_box(Vec::with_capacity(size)))
+            .collect()
+    };
+    let warm = forty();
+    // Another thread's own slab holds its last 8 blocks; at its exit the
+    // slab goes to the node list.
+    let mut blocks = thread::spawn(forty).join().unwrap();
+    let slab_of = |v: &Vec<u8>| v.as_ptr() as usize >> 16;
+    let listed = slab_of(&blocks[39]);
+    let in_listed: Vec<_> = blocks.extract_if(.., |v| slab_of(v) == listed).collect();
+    assert!(
+        in_listed.len() >= 2,
+        "{} blocks in the slab",
+        in_listed.len()
+    );
+    let n = in_listed.len() as u64;
+    let before = cache();
+    assert!(before.node_partial_slabs >= 1, "{before:?}");
+    drop(in_listed);
+    let after = cache();
+    assert_eq!(
+        after.free_slow - before.free_slow,
+        1,
+        "{before:?} {after:?}"
+    );
+    assert_eq!(
+        after.free_fast - before.free_fast,
+        n - 1,
+        "{before:?} {after:?}"
+    );
+    drop((blocks, warm));
+    assert_walk_agrees();
+}

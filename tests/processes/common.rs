@@ -1,7 +1,8 @@
 //! Shared by the tests that run C programs under `LD_PRELOAD`: builds the
 //! preload library once (in its own target directory, so it never waits on
-//! the lock of the `cargo test` that runs us), compiles C sources with `cc`,
-//! and runs programs with the library preloaded.
+//! the lock of the `cargo test` that runs us) and the Rust programs of
+//! tests/programs, compiles C sources with `cc`, and runs programs with the
+//! library preloaded.
 #![allow(dead_code)]
 
 use std::io::Read;
@@ -41,6 +42,36 @@ pub fn preload_lib() -> PathBuf {
         out_dir().join("release").join("libslubmalloc.so")
     })
     .clone()
+}
+
+/// The Rust program `name` of tests/programs/ (slubmalloc as its global
+/// allocator, without the `override` feature), built once per test process
+/// in target/preload beside the preload library (clear of the lock of the
+/// `cargo test` running us).
+pub fn rust_program(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let exe = out_dir().join("release").join(name);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|n| n == name) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "slubmalloc-programs",
+                "--bin",
+                name,
+            ])
+            .arg("--target-dir")
+            .arg(out_dir())
+            .current_dir(root())
+            .status()
+            .expect("run cargo build for a program of tests/programs");
+        assert!(status.success(), "building tests/programs/{name}.rs failed");
+        built.push(name.to_string());
+    }
+    exe
 }
 
 /// Compiles `tests/c/<name>.c` (plus `extra` flags) into an executable.

@@ -1,6 +1,6 @@
 //! A setuid program (secure-execution mode, `AT_SECURE`) takes no
 //! `SLUBMALLOC_*` variable: a copy of a Rust program with slubmalloc as its
-//! global allocator (examples/option_effects.rs) and a C program linked with
+//! global allocator (tests/programs/option_effects.rs) and a C program linked with
 //! the library (tests/c/option_effects.c, as `/etc/ld.so.preload` would
 //! load it), both setuid root and run by `nobody`, with every variable that
 //! writes a file or changes behaviour set, create no file, install no
@@ -18,7 +18,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::common;
@@ -322,29 +321,6 @@ fn check_program(s: &Setup, exe: &Path) {
 // ---------------------------------------------------------------------------
 // The programs
 
-/// examples/option_effects.rs, built once (in target/preload, clear of the
-/// lock of the `cargo test` running us).
-fn rust_program() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let dir = common::root().join("target/preload");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(&cargo)
-            .args(["build", "--release", "-p", "slubmalloc"])
-            .args(["--example", "option_effects", "--target-dir"])
-            .arg(&dir)
-            .current_dir(common::root())
-            .status()
-            .expect("run cargo build for examples/option_effects.rs");
-        assert!(
-            status.success(),
-            "building examples/option_effects.rs failed"
-        );
-        dir.join("release/examples/option_effects")
-    })
-    .clone()
-}
-
 #[test]
 fn setuid_rust_program_ignores_every_variable_it_honours_when_run_normally() {
     let test = "setuid_rust_program";
@@ -352,7 +328,7 @@ fn setuid_rust_program_ignores_every_variable_it_honours_when_run_normally() {
         return;
     }
     let s = Setup::new(test);
-    let exe = s.install_setuid(&rust_program());
+    let exe = s.install_setuid(&common::rust_program("option_effects"));
     check_program(&s, &exe);
 }
 
@@ -399,7 +375,7 @@ impl Named {
     /// `SLUBMALLOC_PROF_FILE=dir/profile`; its stderr.
     fn run(&self, report: &str, profile: &str) -> String {
         let d = self.dir.display();
-        let mut cmd = Command::new(rust_program());
+        let mut cmd = Command::new(common::rust_program("option_effects"));
         cmd.env_clear()
             .env("SLUBMALLOC_STATS", "1")
             .env("SLUBMALLOC_STATS_FILE", format!("{d}/{report}"))

@@ -50,18 +50,9 @@ fn slubtop() -> PathBuf {
         .clone()
 }
 
-/// examples/stats_then_wait.rs, slubmalloc as its global allocator.
+/// tests/programs/stats_then_wait.rs, slubmalloc as its global allocator.
 fn rust_target() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        build(
-            &["-p", "slubmalloc", "--example", "stats_then_wait"],
-            "stats_then_wait",
-        )
-        .join("examples")
-        .join("stats_then_wait")
-    })
-    .clone()
+    common::rust_program("stats_then_wait")
 }
 
 fn c_target() -> PathBuf {

@@ -1,6 +1,6 @@
 //! The statistics report chosen by environment variable, seen from
 //! outside: a C program under `LD_PRELOAD` and a Rust program with
-//! `#[global_allocator]` (examples/hold_blocks.rs) that hold exactly K live
+//! `#[global_allocator]` (tests/programs/hold_blocks.rs) that hold exactly K live
 //! blocks at exit report exactly K in that class, as text and as JSON, on
 //! stderr and in a file named with the pid; nothing is written unless asked;
 //! a bad variable gets one warning; a running multithreaded program reports
@@ -136,36 +136,13 @@ fn run_c_hold(k: usize, size: usize, quiet: bool, env: &[(&str, &str)]) -> Ran {
     run(&c_hold(), &args, env, true)
 }
 
-/// `examples/hold_blocks.rs`, built once against the plain library (no
-/// `override` feature: slubmalloc only as the global allocator), in
-/// target/preload beside the preload library (clear of the lock of the
-/// `cargo test` running us).
-fn rust_hold() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let root = common::root();
-        let dir = root.join("target").join("preload");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(&cargo)
-            .args(["build", "--release", "-p", "slubmalloc"])
-            .args(["--example", "hold_blocks", "--target-dir"])
-            .arg(&dir)
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build for examples/hold_blocks.rs");
-        assert!(status.success(), "building examples/hold_blocks.rs failed");
-        dir.join("release").join("examples").join("hold_blocks")
-    })
-    .clone()
-}
-
 fn run_rust_hold(k: usize, size: usize, quiet: bool, env: &[(&str, &str)]) -> Ran {
     let (k, size) = (k.to_string(), size.to_string());
     let mut args = vec![k.as_str(), size.as_str()];
     if quiet {
         args.push("quiet");
     }
-    run(&rust_hold(), &args, env, false)
+    run(&common::rust_program("hold_blocks"), &args, env, false)
 }
 
 /// A fresh, empty directory for one test's report files.

@@ -5,8 +5,8 @@
 //! C, and describes each line).
 //!
 //! ```text
-//! cargo run --release --example option_effects
-//! SLUBMALLOC_DEBUG=1 target/release/examples/option_effects
+//! cargo run --release -p slubmalloc-programs --bin option_effects
+//! SLUBMALLOC_DEBUG=1 target/release/option_effects
 //! ```
 
 use std::alloc::{alloc, dealloc, Layout};

@@ -3,8 +3,8 @@
 //! size class (tests/processes/stats_dump.rs builds and runs it).
 //!
 //! ```text
-//! cargo run --release --example hold_blocks -- 10 20480
-//! SLUBMALLOC_STATS=1 target/release/examples/hold_blocks 10 20480
+//! cargo run --release -p slubmalloc-programs --bin hold_blocks -- 10 20480
+//! SLUBMALLOC_STATS=1 target/release/hold_blocks 10 20480
 //! ```
 //!
 //! It allocates 2K blocks, fills each with its own byte, frees every second

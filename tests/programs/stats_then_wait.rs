@@ -3,7 +3,7 @@
 //! field (tests/processes/slubtop.rs builds and runs it).
 //!
 //! ```text
-//! cargo run --release --example stats_then_wait &
+//! cargo run --release -p slubmalloc-programs --bin stats_then_wait &
 //! target/release/slubtop --once --json $!
 //! ```
 //!

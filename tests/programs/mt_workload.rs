@@ -1,7 +1,7 @@
 //! A multithreaded Rust workload timed under slubmalloc and under
-//! `std::alloc::System`, interleaved in one run (issue 2).
+//! `std::alloc::System`, interleaved in one run.
 //!
-//!     cargo run --release --example mt_workload -- [--threads T] [--rounds R] [--scale S]
+//!     cargo run --release -p slubmalloc-programs --bin mt_workload -- [--threads T] [--rounds R] [--scale S]
 //!
 //! The program is its own driver: it starts itself R times per allocator,
 //! alternating (system, slubmalloc, slubmalloc, system, ...), each child with
@@ -12,8 +12,8 @@
 //! does not allocate), so no block ever crosses from one allocator to the
 //! other. Both allocators pay the same predictable branch.
 //!
-//! The load, per thread and per round of work: build a Vec<String> of
-//! formatted strings, a BTreeMap<String, Vec<u8>> and a HashMap<u64, String>
+//! The load, per thread and per round of work: build a `Vec<String>` of
+//! formatted strings, a `BTreeMap<String, Vec<u8>>` and a `HashMap<u64, String>`
 //! from them, look things up, and drop most of it; half the strings are sent
 //! to the next thread, which frees them (cross-thread frees).
 

@@ -3,8 +3,8 @@
 //! difference of total instructions between N = 2M and N = M, divided by M,
 //! is the cost of one pair with all setup cancelled.
 //!
-//!     cargo build --release --example fastpath_count
-//!     valgrind --tool=callgrind target/release/examples/fastpath_count N SIZE
+//!     cargo build --release -p slubmalloc-programs --bin fastpath_count
+//!     valgrind --tool=callgrind target/release/fastpath_count N SIZE
 //!
 //! `alloc` and `dealloc` here are `std::alloc::{alloc, dealloc}`, the calls
 //! every Box, Vec and String makes; `black_box` keeps the compiler from
