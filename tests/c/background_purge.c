@@ -1,11 +1,14 @@
 /*
  * The background purger, seen from a C program under the preload.
  *
- *   background_purge MODE
+ *   background_purge MODE [keeper]
  *
  * Every mode: two threads build 64 MiB of small blocks, free them and exit;
  * then the program makes no call into the allocator for 1 s (it sleeps,
- * reading /proc/self/statm with open/read/close). Modes:
+ * reading /proc/self/statm with open/read/close). With `keeper`, one more
+ * thread, started first (in "fork" mode, in the parent and in the child),
+ * allocates a block and sleeps through the whole run: the program has
+ * other threads while it is idle. Modes:
  *   idle         prints "peak_kib=P end_kib=E threads=T" (T: threads left
  *                after a further 0.5 s idle, from /proc/self/status)
  *   closefds     closes every file descriptor first; exit status 0 if
@@ -19,7 +22,8 @@
  *                ends with pthread_exit: the child must end within 2.5 s
  *                (exit status 5 if not)
  *   fork_small   the parent builds and frees (its purger runs, a purge is
- *                pending), forks; the child allocates a few small blocks,
+ *                pending), forks; the child (its keeper started, if asked)
+ *                allocates a few small blocks,
  *                frees nothing, waits 200 ms and prints "threads=T" (it has
  *                no reason for a purger of its own)
  *   late_free    the main thread alone: builds 64 MiB, pauses 300 ms (three
@@ -127,8 +131,27 @@ static void *sleeper(void *arg) {
     return NULL;
 }
 
+/* The keeper: a thread with a heap, asleep until the process ends. */
+static void *keeper(void *arg) {
+    (void)arg;
+    char *volatile p = malloc(64);
+    p[0] = 1;
+    idle_ms(60000);
+    return NULL;
+}
+
+static int keep;
+
+static void start_keeper(void) {
+    pthread_t t;
+    if (keep && pthread_create(&t, NULL, keeper, NULL))
+        exit(3);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "idle";
+    keep = argc > 2 && !strcmp(argv[2], "keeper");
+    start_keeper();
     if (!strcmp(mode, "idle")) {
         build_and_free();
         report();
@@ -143,6 +166,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
+            start_keeper();
             build_and_free();
             report();
             fflush(stdout);
@@ -173,6 +197,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
+            start_keeper();
             for (int i = 0; i < 100; i++) {
                 char *volatile p = malloc(16 + i * 40);
                 p[0] = 1; /* kept: the child frees nothing */

@@ -10,10 +10,12 @@
  *                       (24 unless SLUBMALLOC_FREELIST_RANDOM)
  *   usr2=default|handled
  *                       SIGUSR2's disposition (SLUBMALLOC_STATS_SIGNAL)
- *   purged=yes|no       whether 64 MiB of small blocks, built and freed by
+ *   purged=yes|no       whether 16 MiB of small blocks, built and freed by
  *                       two threads that then exit, went back to the kernel
  *                       within 3 s while the program made no allocator call
- *                       (SLUBMALLOC_PURGE_DELAY_MS, _BACKGROUND_PURGE)
+ *                       (SLUBMALLOC_PURGE_DELAY_MS, _BACKGROUND_PURGE; less
+ *                       than the trim bound, 32 MiB, which would give it
+ *                       back at free time whatever they say)
  *
  * It is linked with the library (-lslubmalloc), as /etc/ld.so.preload would
  * load it; a report or profile at exit is the library's own doing. */
@@ -47,7 +49,7 @@ static long rss_kib(void) {
 
 static void *worker(void *arg) {
     (void)arg;
-    size_t n = (32u << 20) / 128;
+    size_t n = (8u << 20) / 128;
     void **held = malloc(n * sizeof(void *));
     for (size_t i = 0; i < n; i++) {
         held[i] = malloc(16 + i % 241);
