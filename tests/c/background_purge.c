@@ -40,30 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_self.h"
+
 static pthread_barrier_t built;
 static long peak_kib;
-
-static long status_field(const char *path, int field, const char *key) {
-    char buf[4096];
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    if (key) {
-        char *p = strstr(buf, key);
-        return p ? atol(p + strlen(key)) : -1;
-    }
-    char *p = buf;
-    for (int i = 0; i < field; i++)
-        p = strchr(p, ' ') + 1;
-    return atol(p);
-}
-
-static long rss_kib(void) { return status_field("/proc/self/statm", 1, NULL) * 4; }
 
 /* `bytes` of small blocks (16..256 bytes, each written), in an array. */
 static void **build(size_t bytes, size_t *n) {
@@ -119,7 +99,7 @@ static void report(void) {
     idle_ms(1000);
     long end = rss_kib();
     idle_ms(500);
-    long threads = status_field("/proc/self/status", 0, "Threads:");
+    long threads = thread_count();
     printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak_kib, end, threads);
 }
 
@@ -203,7 +183,7 @@ int main(int argc, char **argv) {
                 p[0] = 1; /* kept: the child frees nothing */
             }
             idle_ms(200);
-            printf("threads=%ld\n", status_field("/proc/self/status", 0, "Threads:"));
+            printf("threads=%ld\n", thread_count());
             fflush(stdout);
             _exit(0);
         }

@@ -30,22 +30,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_self.h"
+
 static pthread_barrier_t built;
 static pthread_barrier_t measured;
-
-/* Resident KiB from /proc/self/statm, read without allocating. */
-static long rss_kib(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    return atol(strchr(buf, ' ') + 1) * 4;
-}
 
 static void *worker(void *arg) {
     (void)arg;

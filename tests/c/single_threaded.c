@@ -43,28 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static long status_field(const char *path, int field, const char *key) {
-    char buf[4096];
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    if (key) {
-        char *p = strstr(buf, key);
-        return p ? atol(p + strlen(key)) : -1;
-    }
-    char *p = buf;
-    for (int i = 0; i < field; i++)
-        p = strchr(p, ' ') + 1;
-    return atol(p);
-}
+#include "proc_self.h"
 
-static long rss_kib(void) { return status_field("/proc/self/statm", 1, NULL) * 4; }
-static long threads(void) { return status_field("/proc/self/status", 0, "Threads:"); }
 
 static void idle_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -169,7 +149,7 @@ static int fork_from_signal(void) {
     }
     for (int k = 0; k < SLOTS; k++)
         free(slot[k]);
-    printf("forks=%ld rounds=%ld threads=%ld\n", (long)forks, rounds, threads());
+    printf("forks=%ld rounds=%ld threads=%ld\n", (long)forks, rounds, thread_count());
     return 0;
 }
 
@@ -178,7 +158,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "unshare")) {
         alloc_free(32u << 20, size_64k);
         idle_ms(300);
-        long t = threads();
+        long t = thread_count();
         if (unshare(CLONE_NEWUSER) != 0) {
             int e = errno;
             printf("unshare=failed errno=%d (%s) threads=%ld\n", e, strerror(e), t);
@@ -189,12 +169,12 @@ int main(int argc, char **argv) {
         alloc_free(50u << 20, size_small);
         alloc_free(50u << 20, size_1m);
         idle_ms(300);
-        printf("single_threaded=%d threads=%ld\n", (int)__libc_single_threaded, threads());
+        printf("single_threaded=%d threads=%ld\n", (int)__libc_single_threaded, thread_count());
     } else if (!strcmp(mode, "idle")) {
         long peak = alloc_free(512u << 20, size_small);
         idle_ms(1000);
         long end = rss_kib();
-        printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak, end, threads());
+        printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak, end, thread_count());
     } else if (!strcmp(mode, "churn")) {
         for (int i = 0; i < 6; i++)
             alloc_free(96u << 20, size_small);
