@@ -120,7 +120,7 @@ WORKLOADS = {
     # what a short command-line tool pays): n malloc(64) + free pairs, then
     # exit; n rounds of 1,000 blocks of one size, moving through 64 sizes
     # of 8-560 B; a Rust program of hello-world size (benches/rust/hello.rs).
-    "startup": ("{bin}/startup {n} 64", (1000000, 1000000, 1000000), 1),
+    "startup": ("{bin}/pairs {n} 64 0", (1000000, 1000000, 1000000), 1),
     "size_cycle": ("{bin}/size_cycle {n} 1000 64 560", (300, 300, 300), 1),
     "hello": ("{bin}/hello {n}", (1000, 1000, 1000), 1),
     # The shapes of per-thread arrays of freed blocks (sheaves): one thread
