@@ -22,7 +22,8 @@ NOPURGE = "slubmalloc-nopurge"
 PEERS_PREFERRED = ["mimalloc", "jemalloc", "tcmalloc", "glibc"]
 # The workloads of one thread (ci/measure.py's table): what short programs
 # pay in peak resident memory, reported on their own.
-SINGLE_THREADED = ["startup", "size_cycle", "hello", "fastpath", "pairs", "python", "sqlite", "large_replace"]
+SINGLE_THREADED = ["startup", "size_cycle", "hello", "fastpath", "pairs", "python", "sqlite", "large_replace",
+                   "random_table"]
 COLORS = {
     "slubmalloc": "#d62728",
     "slubmalloc-nopurge": "#ff9896",
@@ -54,6 +55,12 @@ DESCRIPTIONS = {
     "huge_heap": "big_heap at 4 GiB (full size; 8 GiB with SIZE=big): the same cost per operation expected",
     "big_blocks": "1,000 live blocks of 128..180 KiB, 200,000 replaced at random one at a time",
     "many_big_blocks": "big_blocks with 16,000 live blocks (full size): the same cost per replacement expected",
+    "prodcons": "one thread only allocates (16..512 B, first line written), another on another CPU only frees, "
+    "through a ring of 1,024 that publishes its indices once per 8 blocks: the cross-CPU free, persistently",
+    "shared_table": "32 threads (64 with SIZE=big) swap blocks of 8 B..4 KiB through one table of 10,000 and "
+    "free what was there: 3.7 MB live, peak RSS is the point",
+    "random_table": "one thread replaces random blocks among 100,000 of 16 B..1 KiB (free, malloc, first line "
+    "written): both blocks cold, the cache misses per replacement",
 }
 
 

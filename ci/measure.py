@@ -81,7 +81,8 @@ BIN = os.path.join(TREE, "bin")
 # fourth n (huge_heap: 8 GiB; about 10 GiB resident at once).
 SIZES = ("tiny", "small", "full", "big")
 # name -> (command, n per size (tiny, small, full[, big]), instructions per op divisor)
-# {T}: threads; {gen}/{ms}: larson's generations, bursty's light-use time.
+# {T}: threads; {gen}/{ms}: larson's generations, bursty's light-use time;
+# {st}: shared_table's threads.
 WORKLOADS = {
     "msgpass": ("{bin}/msgpass {T} {n} 16 512", (50000, 500000, 2000000), 1),
     "larson": ("{bin}/larson {T} 10000 {n} {gen} 16 1024", (20000, 100000, 200000), 1),
@@ -119,14 +120,24 @@ WORKLOADS = {
     # what a short command-line tool pays): n malloc(64) + free pairs, then
     # exit; n rounds of 1,000 blocks of one size, moving through 64 sizes
     # of 8-560 B; a Rust program of hello-world size (benches/rust/hello.rs).
-    "startup": ("{bin}/startup {n} 64", (1000000, 1000000, 1000000), 1),
+    "startup": ("{bin}/pairs {n} 64 0", (1000000, 1000000, 1000000), 1),
     "size_cycle": ("{bin}/size_cycle {n} 1000 64 560", (300, 300, 300), 1),
     "hello": ("{bin}/hello {n}", (1000, 1000, 1000), 1),
+    # The shapes of per-thread arrays of freed blocks (sheaves): one thread
+    # only allocates (16-512 B) and another only frees, n blocks through a
+    # ring of 1,024; {st} threads (32, 64 at big) swap n blocks of 8 B-4 KiB
+    # in all through one table of 10,000 (3.7 MB live; peak RSS is the
+    # point); one thread replaces n blocks at random among 100,000 of
+    # 16 B-1 KiB (both the freed block and the new one cold).
+    "prodcons": ("{bin}/prodcons 1 {n} 16 512 1024", (100000, 1000000, 5000000), 1),
+    "shared_table": ("{bin}/shared_table {st} {n} 10000", (200000, 2000000, 20000000), 1),
+    "random_table": ("{bin}/random_table 100000 {n} 16 1024", (200000, 2000000, 20000000), 1),
 }
-PER_SIZE = {"tiny": {"gen": 5, "ms": 300}, "small": {"gen": 10, "ms": 1000}, "full": {"gen": 20, "ms": 2000},
-            "big": {"gen": 20, "ms": 2000}}
+PER_SIZE = {"tiny": {"gen": 5, "ms": 300, "st": 32}, "small": {"gen": 10, "ms": 1000, "st": 32},
+            "full": {"gen": 20, "ms": 2000, "st": 32}, "big": {"gen": 20, "ms": 2000, "st": 64}}
 BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
-                   "large_replace,big_heap,huge_heap,big_blocks,many_big_blocks,startup,size_cycle,hello")
+                   "large_replace,big_heap,huge_heap,big_blocks,many_big_blocks,startup,size_cycle,hello,"
+                   "prodcons,shared_table,random_table")
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),

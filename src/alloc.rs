@@ -154,7 +154,8 @@ unsafe fn free_by_map(p: *mut u8) {
 fn free_large(p: *mut u8) {
     sample::free_large(p);
     match large::free(p) {
-        Freed::Ok => {}
+        // The block is cached: past the trim bound, everything goes back.
+        Freed::Ok => segment::trim_if_over_bound(),
         Freed::DoubleFree => os::fatal("double free of a large block", p as usize),
         Freed::NotOurs => os::fatal(
             "free of an invalid pointer (not allocated by slubmalloc)",

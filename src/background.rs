@@ -1,12 +1,16 @@
 //! The background purger: a thread that gives free memory back to the
-//! kernel when its purge deadline passes, so that a program that frees and
-//! then goes idle (or whose threads free and exit) does not keep it
-//! resident. Started when a purge is first pending or the program's
-//! mappings grow past 8 MiB, it stays while the program has threads
-//! (`purge` keeps its state), asleep while nothing is pending; it never
-//! keeps a process alive after the program's last thread, blocks every
-//! signal, holds no file descriptor, and never allocates.
-//! `SLUBMALLOC_BACKGROUND_PURGE=0` turns it off.
+//! kernel when its purge deadline passes, so that a multi-threaded program
+//! that frees and then goes idle (or whose threads free and exit) does not
+//! keep it resident. It runs only while the program itself has other
+//! threads (`purge::program_has_other_threads`): a single-threaded program
+//! never gets a thread from the allocator (the trim bound gives its memory
+//! back at `free` time, `purge`). Started when a purge is first pending or
+//! the program's mappings grow past 8 MiB, it stays while the program has
+//! other threads, asleep while nothing is pending, and leaves once the
+//! program is down to one thread (after a deadline less than
+//! `LAST_PURGE_WAIT_NS` away); it blocks every signal, holds no file
+//! descriptor, and never allocates. `SLUBMALLOC_BACKGROUND_PURGE=0` turns
+//! it off; no value starts it in a single-threaded program.
 //!
 //! It is started only from points that hold no allocator lock and that no
 //! libc lock `pthread_create` needs can be around: the allocation slow path
@@ -17,11 +21,12 @@
 
 use core::ptr;
 
-use crate::heap::{DEAD, REGISTRY};
+use crate::heap::DEAD;
 use crate::purge;
 
 /// Starts the purger if one is wanted (`purge::purger_wanted`). The caller
-/// holds no allocator lock. Cost when none is wanted: two loads.
+/// holds no allocator lock. Cost when none is wanted: one load in a
+/// single-threaded program, two once the purger runs.
 #[inline]
 pub fn start_if_wanted() {
     if purge::purger_wanted() {
@@ -59,15 +64,18 @@ fn start() {
     purge::start_done(created);
 }
 
-/// After the program's last thread, the purger still keeps a deadline this
-/// close (what the threads freed before they exited, with the default delay
-/// of 100 ms), then leaves; a later one is left to the next slow path.
+/// Once the program is down to one thread, the purger still keeps a
+/// deadline this close (what the other threads freed before they exited,
+/// with the default delay of 100 ms), then leaves; a later one is left to
+/// the next slow path and to the trim bound.
 const LAST_PURGE_WAIT_NS: u64 = 1_000_000_000;
 
 /// The purger's body: sleeps until the deadline and purges; with nothing
-/// pending, sleeps until `schedule` wakes it. Leaves when the program has no
-/// thread left (the last one's exit wakes it) and no deadline within
-/// `LAST_PURGE_WAIT_NS`, so that it never keeps a process alive for long.
+/// pending, sleeps until `schedule` wakes it. Leaves when the program is
+/// down to one thread or none (the exit that makes it so wakes it) and no
+/// deadline is within `LAST_PURGE_WAIT_NS`, so that a program whose other
+/// threads have gone is single-threaded again and that it never keeps a
+/// process alive for long.
 extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
     // Whatever this thread's libc does on its behalf (its exit frees TLS of
     // other threads) goes through the orphan heap: it never gets a heap of
@@ -79,10 +87,10 @@ extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
         // Before what it waits for is read: a wake-up after this returns
         // the wait below at once.
         let seq = purge::wake_seq();
-        let alive = REGISTRY.with(|r| r.threads_alive) != 0;
+        let others = purge::program_has_other_threads();
         let now = purge::now_ns();
         let at = purge::deadline();
-        if !alive && (at == 0 || at - now.min(at) > LAST_PURGE_WAIT_NS) {
+        if !others && (at == 0 || at - now.min(at) > LAST_PURGE_WAIT_NS) {
             if purge::purger_stops() {
                 return ptr::null_mut();
             }

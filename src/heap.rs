@@ -500,11 +500,14 @@ pub fn repair_registry_in_child() {
 /// In a forked child whose parent had other threads: only the forking thread
 /// lives on, so the threads alive are it (if it has a heap) and none of the
 /// lost threads, whose heaps stay registered (they own slabs) but will never
-/// exit. The background purger, which stays while the program has threads,
-/// counts on this to leave a child whose last thread has exited.
+/// exit. The background purger, which stays while the program has other
+/// threads, counts on this to leave a child whose other threads have exited.
 pub fn count_threads_in_child(forking_thread_has_heap: bool) {
     // The lock is free: `repair_registry_in_child` ran first.
-    change_registry(|r| r.threads_alive = forking_thread_has_heap as u64);
+    change_registry(|r| {
+        r.threads_alive = forking_thread_has_heap as u64;
+        crate::purge::set_program_threads(r.threads_alive);
+    });
 }
 
 /// In a forked child whose parent had other threads, if one of them held

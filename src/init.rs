@@ -68,6 +68,7 @@ pub fn create_heap() -> *mut Heap {
         store_order_fence();
         r.live = mem;
         r.threads_alive += 1;
+        crate::purge::set_program_threads(r.threads_alive);
     });
     // SAFETY: `mem` is the heap just made ours.
     crate::prof::sample::thread_start(unsafe { &*mem });
@@ -106,11 +107,12 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
         r.pool = heap;
         r.threads_alive -= 1;
         r.threads_exited += 1;
+        crate::purge::set_program_threads(r.threads_alive);
         r.threads_alive
     });
-    if alive == 0 {
-        // The purger stays while the program has threads: the last one's
-        // exit lets it see that none is left.
+    if alive <= 1 {
+        // The purger stays while the program has other threads: the exit
+        // that leaves one (or none) lets it see that it may leave.
         crate::purge::wake_purger();
     }
     // What this thread freed, and the slabs it handed on, go back to the

@@ -253,6 +253,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             // Cost: one mprotect, which rewrites the piece's page table
             // entries (README, "Memory", has the benchmarks' numbers).
             if !protecting() || os::protect(base as *mut u8, l, true) {
+                crate::purge::count_taken(l as u64, false);
                 if zero {
                     // SAFETY: the cached mapping is ours, accessible now, and
                     // at least `size` long.

@@ -16,6 +16,7 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
     let g = crate::counters::global();
     g.large_mapped.fetch_add(len as u64, Ordering::Relaxed);
     g.mapped_changed(len as i64);
+    crate::purge::count_taken(len as u64, true);
     Some(m as usize)
 }
 
@@ -33,6 +34,8 @@ pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<us
     g.large_mapped
         .fetch_add((len - old) as u64, Ordering::Relaxed);
     g.mapped_changed((len - old) as i64);
+    crate::purge::count_taken(old as u64, false);
+    crate::purge::count_taken((len - old) as u64, true);
     if zero {
         // SAFETY: the first `old` bytes of the new mapping are ours.
         unsafe { ptr::write_bytes(q as *mut u8, 0, old) };

@@ -119,7 +119,7 @@ options! {
     /// The background purger thread (`background.rs`).
     background_purge: bool = true,
         "SLUBMALLOC_BACKGROUND_PURGE", "1",
-        "`0`: no background purger thread; free memory goes back only at later allocator calls",
+        "`0`: no background purger thread; `1`: one runs only while the program has other threads, never in a single-threaded program (free memory past the trim bound goes back at `free` time either way)",
         parse_flag;
     /// Red zones, poisoning and list checks (`debug.rs`).
     debug: bool = false,

@@ -1,8 +1,9 @@
 //! When free memory goes back to the kernel: the purge delay, the one
 //! deadline that free slabs (`segment`) and cached large blocks (`large`)
-//! wait for, the clock it is read against, and the state of the background
-//! purger, the thread that keeps that deadline while the program makes no
-//! call into the allocator (its body is `background`'s).
+//! wait for, the clock it is read against, the trim bound that gives them
+//! back at `free` time, and the state of the background purger, the thread
+//! that keeps that deadline while the program makes no call into the
+//! allocator (its body is `background`'s).
 //!
 //! The deadline is one word: 0 while nothing waits, else the monotonic time
 //! at which everything freed before it, less the delay, goes back. Whoever
@@ -10,16 +11,32 @@
 //! whoever purges first claims it (`take_due`, one CAS), so a purge runs
 //! once per deadline whether the purger or a slow path gets there first.
 //!
-//! The purger is started by the first slow path that finds a purge pending
-//! or the program's mappings past `PURGER_EARLY_BYTES`, and stays while the
-//! program has threads, asleep when nothing is pending (a `schedule` wakes
-//! it): a program that frees after a pause and then goes idle gets its
-//! memory back too. Its life, one word (`STATE`): NONE ->
+//! The trim bound (glibc's dynamic `M_TRIM_THRESHOLD` is the model): a free
+//! slow path that leaves more freed memory resident than the bound (free
+//! slabs not purged yet, cached large blocks) gives it all back at once,
+//! with no thread and no signal, so that a program that frees and goes idle
+//! keeps at most the bound. The bound starts at `TRIM_START_BYTES` and
+//! doubles, up to `TRIM_MAX_BYTES`, when the program took back memory worth
+//! half of it within `TRIM_REUSE_NS` of the last trim or raise (or at all,
+//! before the first): freed memory still resident (a free slab not purged,
+//! a cached large block), or, once a trim has run, fresh pages. A program
+//! that churns more than the bound stops paying trims and the faults after
+//! them; one that frees and goes idle keeps the bound it had.
+//!
+//! The purger runs only while the program itself has other threads (two
+//! thread heaps alive, `set_program_threads`), so that a single-threaded
+//! program never gets a thread from the allocator: the kernel refuses
+//! `unshare(CLONE_NEWUSER)` to a multi-threaded process, a fork from a
+//! signal handler may deadlock in one, and glibc's `__libc_single_threaded`
+//! never comes back. It is started by the first slow path that finds a
+//! purge pending or the program's mappings past `PURGER_EARLY_BYTES`, and
+//! stays while the program has other threads, asleep when nothing is
+//! pending (a `schedule` wakes it). Its life, one word (`STATE`): NONE ->
 //! STARTING (a slow path that holds no allocator lock won the CAS and calls
 //! `pthread_create`; that call allocates, and any allocation it makes sees
-//! STARTING and starts nothing) -> RUNNING -> NONE (no thread of the
-//! program is left, so that it never keeps a process alive). A forked
-//! child has no purger: `reset_in_child` puts NONE back.
+//! STARTING and starts nothing) -> RUNNING -> NONE (the program is down to
+//! one thread, so that it never keeps a process alive nor multi-threaded).
+//! A forked child has no purger: `reset_in_child` puts NONE back.
 
 use crate::counters::global;
 use crate::os;
@@ -116,6 +133,96 @@ pub fn take_now() {
 }
 
 // ---------------------------------------------------------------------------
+// The trim bound
+
+/// The trim bound a process starts with: what a program that frees and
+/// goes idle keeps, unless it had raised it. `ci/measure.py -r 5 --size
+/// small --workloads large_replace,large,churn,stress` against the tree
+/// before the bound: 32 MiB and 64 MiB were level (CPU time 1.01x either
+/// way). Without counting memory taken back from the cache and the free
+/// slabs (fresh pages after a trim only), starts of 16, 32 and 64 MiB had
+/// cost `large` (two threads replacing blocks of 128 KiB to 4 MiB) 1.93x,
+/// 1.56x and 0.96x the CPU time: each doubling paid a trim of the whole
+/// cache and the faults after it.
+const TRIM_START_BYTES: u64 = 32 << 20;
+/// The most the bound grows to: what a program that went idle may keep.
+/// `large_replace` (20 live blocks of 5-25 MiB, one replaced at a time)
+/// caches up to half of its 300 MiB: with 128 MiB it trimmed again and
+/// again (1.17x the CPU time of the tree before the bound, when only fresh
+/// pages raised it, against 1.13x with 256 MiB); with 256 MiB and reuse
+/// counted it is level (0.98x-1.02x in three runs).
+const TRIM_MAX_BYTES: u64 = 256 << 20;
+/// Memory worth half the bound, taken back within this time of the last
+/// trim or raise, doubles the bound (see the module docs).
+const TRIM_REUSE_NS: u64 = 1_000_000_000;
+/// The bound now (module docs).
+static TRIM_BOUND_BYTES: AtomicU64 = AtomicU64::new(TRIM_START_BYTES);
+/// When the last trim ran (0: none yet).
+static LAST_TRIM_NS: AtomicU64 = AtomicU64::new(0);
+/// When the last trim ran or the bound was last raised (0: neither yet).
+static LAST_CHANGE_NS: AtomicU64 = AtomicU64::new(0);
+/// Bytes taken back since `LAST_CHANGE_NS` (`count_taken`).
+static TAKEN_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Whether `freed_resident` bytes (free slabs not purged, cached large
+/// blocks) are past the trim bound. One load.
+#[inline]
+pub fn over_trim_bound(freed_resident: u64) -> bool {
+    // Relaxed: a hint; `claim_trim` decides.
+    freed_resident > TRIM_BOUND_BYTES.load(Ordering::Relaxed)
+}
+
+/// Counts `bytes` taken by an allocation: freed memory still resident (a
+/// free slab not purged, a cached large block), or `fresh` pages (a slab
+/// purged or never used, a large block mapped or grown), which count only
+/// once a trim has run: before, they are the heap growing, not memory
+/// given back and needed again. What is taken back soon raises the bound
+/// (`claim_trim`).
+pub fn count_taken(bytes: u64, fresh: bool) {
+    // Relaxed, both: a heuristic's words.
+    if fresh && LAST_TRIM_NS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    TAKEN_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Called by a free slow path that found `freed_resident` bytes past the
+/// bound: true if the caller trims now (gives back every free slab and
+/// cached large block). The bound doubles instead, or first, when the
+/// program took back memory worth half of it since the last trim or raise,
+/// less than `TRIM_REUSE_NS` ago (or since it started, before the first).
+pub fn claim_trim(freed_resident: u64) -> bool {
+    let now = now_ns().max(1);
+    // Relaxed, all: a heuristic's words; the CAS below lets one caller of
+    // several trim, and the purge's locks order it after the frees.
+    let changed = LAST_CHANGE_NS.load(Ordering::Relaxed);
+    let bound = TRIM_BOUND_BYTES.load(Ordering::Relaxed);
+    if (changed == 0 || now - changed.min(now) < TRIM_REUSE_NS)
+        && TAKEN_BYTES.load(Ordering::Relaxed) >= bound / 2
+        && bound < TRIM_MAX_BYTES
+    {
+        let raised = (bound * 2).min(TRIM_MAX_BYTES);
+        TRIM_BOUND_BYTES.store(raised, Ordering::Relaxed);
+        LAST_CHANGE_NS.store(now, Ordering::Relaxed);
+        TAKEN_BYTES.store(0, Ordering::Relaxed);
+        if freed_resident <= raised {
+            return false;
+        }
+    }
+    let last = LAST_TRIM_NS.load(Ordering::Relaxed);
+    if LAST_TRIM_NS
+        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    // What is taken from now on counts against this trim.
+    LAST_CHANGE_NS.store(now, Ordering::Relaxed);
+    TAKEN_BYTES.store(0, Ordering::Relaxed);
+    true
+}
+
+// ---------------------------------------------------------------------------
 // The purger's life
 
 /// Mapped bytes (segments and large blocks) from which the purger starts
@@ -129,15 +236,41 @@ const PURGER_EARLY_BYTES: u64 = 8 << 20;
 /// no thread.
 static INHERITED_BYTES: AtomicU64 = AtomicU64::new(0);
 
+/// Threads of the program with a heap, alive: the registry's count
+/// (`heap::Registry::threads_alive`), copied here by each change so that
+/// the slow paths and the purger read it without the registry's lock.
+static PROGRAM_THREADS: AtomicU64 = AtomicU64::new(0);
+
+/// Records the registry's count of threads alive; called under its lock
+/// after each change (thread start and exit, a forked child's recount).
+pub fn set_program_threads(alive: u64) {
+    // Relaxed: a hint for `purger_wanted` and the purger; a stale one
+    // costs one slow path's delay, or the purger one more look.
+    PROGRAM_THREADS.store(alive, Ordering::Relaxed);
+}
+
+/// Whether the program has threads besides the caller's: two thread heaps
+/// alive. A thread that never allocated is not counted (its program is
+/// multi-threaded already, and its frees are trimmed at `free` time); the
+/// purger has no heap, so it never counts itself.
+#[inline]
+pub fn program_has_other_threads() -> bool {
+    // Relaxed: see `set_program_threads`.
+    PROGRAM_THREADS.load(Ordering::Relaxed) >= 2
+}
+
 /// Whether a slow path that holds no allocator lock should start the purger:
-/// none runs, it is on (`SLUBMALLOC_BACKGROUND_PURGE`), a purge is pending
-/// or the process has mapped `PURGER_EARLY_BYTES` of its own, and no start
-/// failed in the last second. One load once it runs, up to four before.
+/// none runs, the program has other threads, it is on
+/// (`SLUBMALLOC_BACKGROUND_PURGE`), a purge is pending or the process has
+/// mapped `PURGER_EARLY_BYTES` of its own, and no start failed in the last
+/// second. One load in a single-threaded program, two once the purger
+/// runs, up to five before.
 #[inline]
 pub fn purger_wanted() -> bool {
     // Relaxed: a stale answer costs one slow path's delay; `claim_start`'s
     // CAS decides.
-    STATE.load(Ordering::Relaxed) == NONE
+    program_has_other_threads()
+        && STATE.load(Ordering::Relaxed) == NONE
         && (deadline() != 0
             || global().mapped_bytes()
                 >= INHERITED_BYTES.load(Ordering::Relaxed) + PURGER_EARLY_BYTES)
@@ -184,7 +317,7 @@ pub fn purger_wait(seq: u32, ns: u64) {
     crate::sync::wait_on(&WAKE, seq, ns);
 }
 
-/// Called by the purger when the program has no thread left: RUNNING ->
+/// Called by the purger when the program is down to one thread: RUNNING ->
 /// NONE, so that a thread that comes later starts a purger of its own.
 /// False while its creator has not reported yet (STARTING): it stays until
 /// it has, or the creator's report would announce a purger that is gone.

@@ -5,9 +5,10 @@
 //! A byte map over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
 //! Free slabs are purged (MADV_DONTNEED) once they have stayed free for the
-//! purge delay; wholly empty segments beyond a small cache are unmapped. The
-//! same deadline (`purge`) empties the large block cache. The segments'
-//! lock comes after a node lock (the lock order: `sync`).
+//! purge delay, or at once when the freed memory left resident passes the
+//! trim bound (`purge`); wholly empty segments beyond a small cache are
+//! unmapped. The same deadline and bound empty the large block cache. The
+//! segments' lock comes after a node lock (the lock order: `sync`).
 //!
 //! No operation walks every segment, so that a heap of 8 GiB (2,048
 //! segments) costs per operation what one of 1 GiB does: a new slab comes
@@ -22,7 +23,7 @@ use crate::os;
 use crate::purge;
 use crate::size_class::ADDRESS_BITS;
 use crate::slab::Slab;
-use crate::sync::{invariant, store_order_fence, AtomicU8, Locked, Ordering};
+use crate::sync::{invariant, store_order_fence, AtomicU64, AtomicU8, Locked, Ordering};
 
 pub use crate::size_class::{
     segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
@@ -107,7 +108,9 @@ struct Segments {
     dirty: *mut Segment,
     /// Segments with `kept_empty` set.
     empty_kept: usize,
-    /// Free slabs marked dirty, in all segments (`DIRTY_SLABS_UNPURGED`).
+    /// Free slabs marked dirty, in all segments: free, their pages maybe
+    /// still resident (`DIRTY_SLABS_UNPURGED`; their bytes are published in
+    /// `DIRTY_BYTES`).
     dirty_slabs: usize,
 }
 
@@ -122,6 +125,21 @@ static SEGMENTS: Locked<Segments> = Locked::new(Segments {
     empty_kept: 0,
     dirty_slabs: 0,
 });
+
+/// The bytes of `Segments::dirty_slabs`, for the trim bound's test, which
+/// reads it without the lock; stored by the holders of the lock
+/// (`with_segments`).
+static DIRTY_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f` under the SEGMENTS lock, then publishes `DIRTY_BYTES`.
+fn with_segments<R>(f: impl FnOnce(&mut Segments) -> R) -> R {
+    SEGMENTS.with(|s| {
+        let r = f(s);
+        // Relaxed: one writer at a time (the lock); the reader takes a hint.
+        DIRTY_BYTES.store((s.dirty_slabs * SLAB_BYTES) as u64, Ordering::Relaxed);
+        r
+    })
+}
 
 /// The descriptor of the slab holding `p`, which must be inside a segment.
 /// Cost: and, shift-and-mask, lea.
@@ -185,7 +203,12 @@ pub fn alloc_slab() -> *mut Slab {
 /// heap that carves it whole touches no new memory (`refill`).
 pub fn take_slab() -> (*mut Slab, bool) {
     purge_if_due();
-    SEGMENTS.with(take_slab_locked)
+    let (slab, resident) = with_segments(take_slab_locked);
+    if !slab.is_null() {
+        // A fresh slab's pages fault in as it is carved.
+        purge::count_taken(SLAB_BYTES as u64, !resident);
+    }
+    (slab, resident)
 }
 
 /// `take_slab`'s work, lock held.
@@ -220,12 +243,13 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
 }
 
 /// Gives a slab with no live object back to its segment; its pages are
-/// purged once it has stayed free for the purge delay. Its segment goes to
-/// the head of the segments with free slabs (the next `alloc_slab` takes
-/// this slab, still resident) and onto the dirty queue.
+/// purged once it has stayed free for the purge delay, or at once when the
+/// freed memory left resident passes the trim bound (`trim_if_over_bound`).
+/// Its segment goes to the head of the segments with free slabs (the next
+/// `alloc_slab` takes this slab, still resident) and onto the dirty queue.
 pub fn free_slab(slab: *mut Slab) {
     let now = purge::now_ns();
-    let dirty = SEGMENTS.with(|s| give_slab(s, slab, now));
+    let dirty = with_segments(|s| give_slab(s, slab, now));
     // After the dirty bit: a purge that claims the deadline takes the lock
     // and sees it (`purge::schedule`).
     if dirty >= DIRTY_SLABS_UNPURGED {
@@ -233,6 +257,32 @@ pub fn free_slab(slab: *mut Slab) {
     }
     if purge::take_due(now) {
         purge_all(now);
+    }
+    trim_if_over_bound();
+}
+
+/// The trim bound's test (`purge`), for the free slow paths that leave
+/// freed memory resident: a slab back to its segment (`free_slab`), a large
+/// block into the cache (`alloc::free_large`). Past the bound, every free
+/// slab is purged and every cached large block unmapped now. Cost under the
+/// bound: three loads and a compare, no system call.
+#[inline]
+pub fn trim_if_over_bound() {
+    // Relaxed: hints; `claim_trim` decides, the purge's locks order it.
+    let freed_resident = DIRTY_BYTES.load(Ordering::Relaxed)
+        + crate::counters::global()
+            .large_cached
+            .load(Ordering::Relaxed);
+    if purge::over_trim_bound(freed_resident) {
+        trim(freed_resident);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn trim(freed_resident: u64) {
+    if purge::claim_trim(freed_resident) {
+        purge_all(u64::MAX);
     }
 }
 
@@ -366,7 +416,7 @@ pub fn purge_now() {
 fn purge_all(now: u64) {
     let cutoff = now.saturating_sub(purge::delay_ns());
     let cache_left = crate::large::purge_cache(cutoff);
-    let slabs_left = SEGMENTS.with(|s| purge_segments_locked(s, cutoff));
+    let slabs_left = with_segments(|s| purge_segments_locked(s, cutoff));
     if cache_left || slabs_left {
         // Younger than the delay: look again later.
         purge::schedule(purge::now_ns());
@@ -518,6 +568,8 @@ pub fn repair_in_child() {
         seg = sg.next;
     }
     s.count = count;
+    // Relaxed: the child runs one thread.
+    DIRTY_BYTES.store((s.dirty_slabs * SLAB_BYTES) as u64, Ordering::Relaxed);
     SEGMENTS.lock.reset_in_child();
 }
 

@@ -278,9 +278,16 @@ impl Stats {
         self.caches.iter()
     }
 
-    /// The class that serves `size`-byte requests, if any.
+    /// The class that serves `size`-byte requests, if any: in debug mode
+    /// (`SLUBMALLOC_DEBUG=1`) the class of the slot that holds the block and
+    /// its red zone.
     pub fn cache_for_size(&self, size: usize) -> Option<&CacheStats> {
-        crate::size_class::class_for(size, 1).map(|c| &self.caches[c])
+        let class = if crate::debug::enabled() {
+            crate::debug::slot_class(size, 1)
+        } else {
+            crate::size_class::class_for(size, 1)
+        };
+        class.map(|c| &self.caches[c])
     }
 
     /// Writes the snapshot as one JSON document: `caches` (the classes in

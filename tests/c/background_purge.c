@@ -1,11 +1,14 @@
 /*
  * The background purger, seen from a C program under the preload.
  *
- *   background_purge MODE
+ *   background_purge MODE [keeper]
  *
  * Every mode: two threads build 64 MiB of small blocks, free them and exit;
  * then the program makes no call into the allocator for 1 s (it sleeps,
- * reading /proc/self/statm with open/read/close). Modes:
+ * reading /proc/self/statm with open/read/close). With `keeper`, one more
+ * thread, started first (in "fork" mode, in the parent and in the child),
+ * allocates a block and sleeps through the whole run: the program has
+ * other threads while it is idle. Modes:
  *   idle         prints "peak_kib=P end_kib=E threads=T" (T: threads left
  *                after a further 0.5 s idle, from /proc/self/status)
  *   closefds     closes every file descriptor first; exit status 0 if
@@ -19,7 +22,8 @@
  *                ends with pthread_exit: the child must end within 2.5 s
  *                (exit status 5 if not)
  *   fork_small   the parent builds and frees (its purger runs, a purge is
- *                pending), forks; the child allocates a few small blocks,
+ *                pending), forks; the child (its keeper started, if asked)
+ *                allocates a few small blocks,
  *                frees nothing, waits 200 ms and prints "threads=T" (it has
  *                no reason for a purger of its own)
  *   late_free    the main thread alone: builds 64 MiB, pauses 300 ms (three
@@ -36,30 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_self.h"
+
 static pthread_barrier_t built;
 static long peak_kib;
-
-static long status_field(const char *path, int field, const char *key) {
-    char buf[4096];
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    if (key) {
-        char *p = strstr(buf, key);
-        return p ? atol(p + strlen(key)) : -1;
-    }
-    char *p = buf;
-    for (int i = 0; i < field; i++)
-        p = strchr(p, ' ') + 1;
-    return atol(p);
-}
-
-static long rss_kib(void) { return status_field("/proc/self/statm", 1, NULL) * 4; }
 
 /* `bytes` of small blocks (16..256 bytes, each written), in an array. */
 static void **build(size_t bytes, size_t *n) {
@@ -115,7 +99,7 @@ static void report(void) {
     idle_ms(1000);
     long end = rss_kib();
     idle_ms(500);
-    long threads = status_field("/proc/self/status", 0, "Threads:");
+    long threads = thread_count();
     printf("peak_kib=%ld end_kib=%ld threads=%ld\n", peak_kib, end, threads);
 }
 
@@ -127,8 +111,27 @@ static void *sleeper(void *arg) {
     return NULL;
 }
 
+/* The keeper: a thread with a heap, asleep until the process ends. */
+static void *keeper(void *arg) {
+    (void)arg;
+    char *volatile p = malloc(64);
+    p[0] = 1;
+    idle_ms(60000);
+    return NULL;
+}
+
+static int keep;
+
+static void start_keeper(void) {
+    pthread_t t;
+    if (keep && pthread_create(&t, NULL, keeper, NULL))
+        exit(3);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "idle";
+    keep = argc > 2 && !strcmp(argv[2], "keeper");
+    start_keeper();
     if (!strcmp(mode, "idle")) {
         build_and_free();
         report();
@@ -143,6 +146,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
+            start_keeper();
             build_and_free();
             report();
             fflush(stdout);
@@ -173,12 +177,13 @@ int main(int argc, char **argv) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
+            start_keeper();
             for (int i = 0; i < 100; i++) {
                 char *volatile p = malloc(16 + i * 40);
                 p[0] = 1; /* kept: the child frees nothing */
             }
             idle_ms(200);
-            printf("threads=%ld\n", status_field("/proc/self/status", 0, "Threads:"));
+            printf("threads=%ld\n", thread_count());
             fflush(stdout);
             _exit(0);
         }

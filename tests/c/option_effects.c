@@ -10,10 +10,12 @@
  *                       (24 unless SLUBMALLOC_FREELIST_RANDOM)
  *   usr2=default|handled
  *                       SIGUSR2's disposition (SLUBMALLOC_STATS_SIGNAL)
- *   purged=yes|no       whether 64 MiB of small blocks, built and freed by
+ *   purged=yes|no       whether 16 MiB of small blocks, built and freed by
  *                       two threads that then exit, went back to the kernel
  *                       within 3 s while the program made no allocator call
- *                       (SLUBMALLOC_PURGE_DELAY_MS, _BACKGROUND_PURGE)
+ *                       (SLUBMALLOC_PURGE_DELAY_MS, _BACKGROUND_PURGE; less
+ *                       than the trim bound, 32 MiB, which would give it
+ *                       back at free time whatever they say)
  *
  * It is linked with the library (-lslubmalloc), as /etc/ld.so.preload would
  * load it; a report or profile at exit is the library's own doing. */
@@ -28,26 +30,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_self.h"
+
 static pthread_barrier_t built;
 static pthread_barrier_t measured;
 
-/* Resident KiB from /proc/self/statm, read without allocating. */
-static long rss_kib(void) {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    return atol(strchr(buf, ' ') + 1) * 4;
-}
-
 static void *worker(void *arg) {
     (void)arg;
-    size_t n = (32u << 20) / 128;
+    size_t n = (8u << 20) / 128;
     void **held = malloc(n * sizeof(void *));
     for (size_t i = 0; i < n; i++) {
         held[i] = malloc(16 + i % 241);

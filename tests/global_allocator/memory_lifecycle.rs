@@ -475,3 +475,71 @@ fn bytes_purged_count_what_went_back_to_the_kernel() {
     );
     assert_eq!(s1.large_cached_bytes, 0);
 }
+
+/// Six live blocks of 12 MiB, three of them freed at once: 36 MiB cached
+/// is past the trim bound a process starts with (32 MiB), so the third
+/// free gives it all back at once, with no purge delay and no later call.
+#[test]
+fn large_blocks_freed_past_the_trim_bound_go_back_at_free_time() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let mut live: Vec<Block> = (0..6).map(|_| touched_block(12)).collect();
+    let s0 = slubmalloc::stats().totals;
+    live.truncate(3);
+    let s1 = slubmalloc::stats().totals;
+    assert_eq!(s1.large_cached_bytes, 0, "the trim left cached blocks");
+    assert!(
+        s1.bytes_purged - s0.bytes_purged >= 36 << 20,
+        "purged {} bytes",
+        s1.bytes_purged - s0.bytes_purged
+    );
+    drop(live);
+}
+
+/// The same 36 MiB freed and allocated again, four times: the first free
+/// past the bound gives it back and the allocations after fault it in
+/// again, so the next free (within 1 s) raises the bound instead of
+/// trimming, and from then on the allocations reuse the cached mappings.
+#[test]
+fn memory_needed_again_soon_after_a_trim_raises_the_trim_bound() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let mut live: Vec<Block> = (0..6).map(|_| touched_block(12)).collect();
+    let mut hits = Vec::new();
+    for _ in 0..4 {
+        let s0 = slubmalloc::stats().totals;
+        live.truncate(3);
+        live.extend((0..3).map(|_| touched_block(12)));
+        hits.push(slubmalloc::stats().totals.large_cache_hits - s0.large_cache_hits);
+    }
+    assert_eq!(hits[0], 0, "the first frees were given back: {hits:?}");
+    assert!(
+        hits[1..].iter().all(|&h| h == 3),
+        "after one trim, the bound let the cache keep them: {hits:?}"
+    );
+    drop(live);
+}
+
+/// Blocks taken back from the cache count as memory needed again: after
+/// two of six 12 MiB blocks were freed and allocated again from the cache,
+/// three freed at once (36 MiB cached, past the 32 MiB the bound starts
+/// at) raise the bound instead of trimming.
+#[test]
+fn blocks_reused_from_the_cache_raise_the_trim_bound_before_any_trim() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    let mut live: Vec<Block> = (0..6).map(|_| touched_block(12)).collect();
+    let s0 = slubmalloc::stats().totals;
+    live.truncate(4);
+    live.extend((0..2).map(|_| touched_block(12)));
+    let s1 = slubmalloc::stats().totals;
+    assert_eq!(s1.large_cache_hits - s0.large_cache_hits, 2);
+    live.truncate(3);
+    let s2 = slubmalloc::stats().totals;
+    assert_eq!(s2.large_cached_bytes, 36 << 20, "the cache keeps them");
+    assert_eq!(s2.bytes_purged, s1.bytes_purged, "no trim");
+    drop(live);
+}

@@ -20,6 +20,7 @@ mod preload_contract;
 mod preload_real_programs;
 mod preload_threads;
 mod secure_mode;
+mod single_threaded;
 mod slubtop;
 mod stats_dump;
 mod valgrind;

@@ -172,7 +172,7 @@ fn thousands_of_short_lived_threads_reuse_the_memory_of_dead_ones() {
     // Every thread's exit reached the allocator (its heap was handed back).
     let report = common::stderr(&o);
     assert_eq!(
-        number_after(&report, "\"threads_exited\""),
+        common::parse_json_report(&report).1["threads_exited"],
         2000,
         "{report}"
     );
