@@ -18,7 +18,7 @@
 //!    neither calls out under its lock.
 //!
 //! The heap registry's lock (`heap::REGISTRY`) is apart: taken with no other
-//! held (thread start and exit, the statistics, the purger), nothing taken
+//! held (thread start and exit, the statistics and their walk), nothing taken
 //! under it. A function whose caller must hold a lock says so and checks it
 //! in debug builds (`Lock::assert_held`).
 //!
