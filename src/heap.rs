@@ -317,7 +317,7 @@ pub fn orphan_heap() -> &'static Heap {
 /// used under `prof_table::PROF_LOCK`: `FIRST_PROF_HEAP`, or a fresh one in
 /// a forked child that found it half written (`replace_prof_in_child`). No thread's
 /// heap, so every free of a sampled block misses the free fast path's owner
-/// compare and reaches `release::free_slow`, which hands it to the profile.
+/// compare and reaches `free::free_slow`, which hands it to the profile.
 pub static PROF: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_PROF_HEAP as *const Heap as *mut Heap);
 static FIRST_PROF_HEAP: Heap = Heap::new();
 

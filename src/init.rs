@@ -1,13 +1,16 @@
 //! Process and thread start and end: the one-time process init (the
 //! free-list secret, options, the thread-exit key, the fork handlers, the
-//! statistics report), the creation of a thread's heap, and its exit.
+//! statistics report), the creation of a thread's heap, the heap the slow
+//! paths use (`with_slow_heap`: the thread's own, or the orphan heap), and
+//! a thread's exit.
 
 use core::ptr;
 
-use crate::heap::{change_registry, Heap, DEAD, REGISTRY};
+use crate::heap::{change_registry, orphan_heap, Heap, DEAD, EMPTY, ORPHAN_LOCK, REGISTRY};
 use crate::os;
 use crate::release::flush;
 use crate::sync::{store_order_fence, Once};
+use crate::tls::current;
 
 static INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
@@ -76,6 +79,25 @@ pub fn create_heap() -> *mut Heap {
     unsafe { libc::pthread_setspecific(KEY, mem as *const libc::c_void) };
     crate::tls::set(mem);
     mem
+}
+
+/// Runs `f` with a heap this thread may use: its own (created on first use),
+/// or ORPHAN_HEAP under its lock for a thread past its exit destructor or
+/// when no heap could be mapped.
+#[inline(never)]
+pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
+    let mut heap = current();
+    if heap == EMPTY {
+        heap = create_heap();
+    }
+    if heap.is_null() || heap == DEAD {
+        ORPHAN_LOCK.lock();
+        let r = f(orphan_heap());
+        ORPHAN_LOCK.unlock();
+        return r;
+    }
+    // SAFETY: a heap from `create_heap` lives until this thread's destructor.
+    f(unsafe { &*heap })
 }
 
 /// The pthread key destructor: this thread is exiting.

@@ -99,6 +99,7 @@ mod fastpath;
 mod ffi;
 mod fmt;
 mod fork;
+mod free;
 mod freelist;
 mod glibc_info;
 mod heap;

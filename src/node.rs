@@ -254,7 +254,7 @@ impl Node {
     }
 
     /// Counts a free into a slab this list is about to take: a cold class's
-    /// free that claimed a FULL slab (`release::free_unowned`). Lock held.
+    /// free that claimed a FULL slab (`free::free_unowned`). Lock held.
     pub fn count_free_listed(&self) {
         count(&self.frees_listed);
     }
