@@ -60,16 +60,10 @@ pub fn create_heap() -> *mut Heap {
     // SAFETY: `mem` is an empty heap no other thread writes.
     unsafe { (*mem).secret.set(crate::freelist::secret()) };
     change_registry(|r| {
-        // SAFETY: `mem` is initialised; registry members are live heaps.
-        unsafe {
-            (*mem).next.set(r.live);
-            if !r.live.is_null() {
-                (*r.live).prev.set(mem);
-            }
-        }
-        // A forked child walks `live` forward (`repair_registry_in_child`).
-        store_order_fence();
-        r.live = mem;
+        // SAFETY: `mem` is initialised. Its links are written before it is
+        // linked: a forked child walks `live` forward
+        // (`repair_registry_in_child`).
+        r.live.push_front(unsafe { &*mem });
         r.threads_alive += 1;
         crate::purge::set_program_threads(r.threads_alive);
     });
@@ -109,21 +103,10 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     flush(h, true);
     let alive = change_registry(|r| {
         r.retire_counters(h);
-        let (next, prev) = (h.next.get(), h.prev.get());
-        // SAFETY: neighbours are live registry members; lock held.
-        unsafe {
-            if prev.is_null() {
-                r.live = next;
-            } else {
-                (*prev).next.set(next);
-            }
-            if !next.is_null() {
-                (*next).prev.set(prev);
-            }
-        }
-        // Off the live list before its link is reused for the pool, and
-        // linked before the pool names it: a forked child walks both.
-        store_order_fence();
+        // Off the live list (its links cleared after) before its link is
+        // reused for the pool, and linked before the pool names it: a
+        // forked child walks both.
+        r.live.remove(h);
         h.next.set(r.pool);
         store_order_fence();
         r.pool = heap;

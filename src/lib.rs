@@ -106,6 +106,7 @@ mod heap;
 mod init;
 mod large;
 mod large_map;
+mod list;
 #[cfg(feature = "nightly")]
 mod nightly;
 mod node;

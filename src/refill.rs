@@ -153,7 +153,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 a.set_inuse_active();
                 return true;
             }
-            if !taken && !c.partial.get().is_null() {
+            if !taken && !c.partial.is_empty() {
                 let p = c.pop_partial();
                 c.push_partial(a, true);
                 c.active.set(p);

@@ -201,7 +201,7 @@ pub fn flush(heap: &Heap, closing: bool) {
             r = slab.next.get();
             c.push_partial(slab, true);
         }
-        if c.active.get().is_null() && c.partial.get().is_null() {
+        if c.active.get().is_null() && c.partial.is_empty() {
             continue;
         }
         let _g = NODES[class].lock.guard();
