@@ -297,4 +297,32 @@ mod tests {
         list.repair_in_child();
         assert_eq!(values(&list), [0, 1, 2]);
     }
+
+    /// Debug builds check a removal against the list's ends: a node taken
+    /// off a list it is not on (its `prev` null, yet not the head) stops
+    /// the process (`invariant!`), in a forked child here.
+    #[cfg(debug_assertions)]
+    #[test]
+    fn removing_a_node_that_is_not_on_the_list_stops_the_process() {
+        let it = items::<2>();
+        let list = List::<Item>::new();
+        list.push_back(&it[0]);
+        // SAFETY: the child only calls `remove`, which stops it, and `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: quiet the child's message on its inherited stderr.
+            unsafe { libc::close(2) };
+            list.remove(&it[1]);
+            // SAFETY: ends the child without the parent's exit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT,
+            "the child was not stopped: wait status {status:#x}"
+        );
+    }
 }
