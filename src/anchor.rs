@@ -24,6 +24,7 @@ use core::mem::{offset_of, size_of};
 
 use crate::counters::{Counters, Ev, Global, GLOBAL};
 use crate::heap::{ClassHeap, Heap, Registry, ORPHAN, PROF, REGISTRY, REGISTRY_GENERATION};
+use crate::list::List;
 use crate::node::{Node, NODES};
 use crate::os::{MMAPS, PURGED_BYTES, PURGES};
 use crate::size_class::{CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTES, SLAB_BYTES};
@@ -113,7 +114,7 @@ pub static ANCHOR: Anchor = Anchor {
     class_bytes: &raw const CLASS_BYTES as *const u32,
     registry_generation: &raw const REGISTRY_GENERATION,
     registry: REGISTRY.data_ptr(),
-    registry_live: offset_of!(Registry, live) as u32,
+    registry_live: (offset_of!(Registry, live) + List::<Heap>::HEAD_OFFSET) as u32,
     registry_retired: offset_of!(Registry, retired) as u32,
     registry_threads_alive: offset_of!(Registry, threads_alive) as u32,
     registry_threads_exited: offset_of!(Registry, threads_exited) as u32,

@@ -1,17 +1,18 @@
 //! The fast paths: allocation and free by the thread that owns the slab,
 //! a few loads, compares and stores each, no atomic read-modify-write, no
-//! lock. Everything else goes to `refill` (allocation) and `release` (free).
+//! lock. Everything else goes to `refill` (allocation) and `free` (free).
 
 use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
+use crate::free::{free_slow, free_suspicious};
 use crate::freelist::{
     corrupted_link, get_next_with, link_is_sane, may_be_free, prefetch, set_next_with, CHECKS,
 };
 use crate::heap::ClassHeap;
 use crate::refill::alloc_slow;
-use crate::release::{free_slow, free_suspicious, slab_emptied};
+use crate::release::slab_emptied;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::size_class::NUM_CLASSES;
 use crate::slab::{invalid_free, State};

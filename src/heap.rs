@@ -16,6 +16,7 @@ use core::ptr;
 
 use crate::counters::{Counters, Ev};
 use crate::freelist;
+use crate::list::{Linked, List};
 use crate::os;
 use crate::segment::SLAB_BYTES;
 use crate::size_class::{CLASS_BYTES, NUM_CLASSES};
@@ -38,12 +39,10 @@ pub struct ClassHeap {
     /// Free objects of `active`, detached from it: the allocation fast path.
     pub free: Cell<*mut u8>,
     pub active: Cell<*mut Slab>,
-    /// Thread partial list, linked through `Slab::next` and `prev` (a slab
-    /// that empties leaves from the middle): refills take the head; slabs
-    /// that just got their first free join at the tail, so they gather more
-    /// frees before their turn.
-    pub partial: Cell<*mut Slab>,
-    partial_tail: Cell<*mut Slab>,
+    /// Thread partial list (a slab that empties leaves from the middle):
+    /// refills take the head; slabs that just got their first free join at
+    /// the tail, so they gather more frees before their turn.
+    pub partial: List<Slab>,
     pub partial_count: Cell<u32>,
     /// In debug mode the detached list waits here, so that `free` stays
     /// empty and every allocation takes the slow path.
@@ -69,7 +68,7 @@ const _: () = assert!(NUM_CLASSES * core::mem::size_of::<ClassHeap>() <= u16::MA
 #[repr(C, align(64))]
 pub struct Heap {
     pub classes: [ClassHeap; NUM_CLASSES],
-    /// Registry links.
+    /// Registry links (`Registry::live`), or the pool's (`next` alone).
     pub next: Cell<*mut Heap>,
     pub prev: Cell<*mut Heap>,
     /// The heap profile's per-thread state (`prof/sample.rs`): bytes left
@@ -108,30 +107,25 @@ const _: () = assert!(NUM_CLASSES <= 64, "`Heap::warm` has a bit per class");
 // ORPHAN_HEAP, under ORPHAN_LOCK); other threads read only its atomics.
 unsafe impl Sync for Heap {}
 
+impl Linked for Heap {
+    fn next(&self) -> &Cell<*mut Heap> {
+        &self.next
+    }
+
+    fn prev(&self) -> &Cell<*mut Heap> {
+        &self.prev
+    }
+}
+
 impl ClassHeap {
     /// Adds an owned slab to the partial list, at the head or the tail.
     pub fn push_partial(&self, slab: &Slab, at_tail: bool) {
         invariant!(!slab.on_partial.get());
-        let s = slab as *const Slab as *mut Slab;
         slab.on_partial.set(true);
-        let (head, tail) = (self.partial.get(), self.partial_tail.get());
-        if head.is_null() {
-            slab.next.set(ptr::null_mut());
-            slab.prev.set(ptr::null_mut());
-            self.partial.set(s);
-            self.partial_tail.set(s);
-        } else if at_tail {
-            slab.next.set(ptr::null_mut());
-            slab.prev.set(tail);
-            // SAFETY: the tail of a non-empty partial list is a live slab of ours.
-            unsafe { (*tail).next.set(s) };
-            self.partial_tail.set(s);
+        if at_tail {
+            self.partial.push_back(slab);
         } else {
-            slab.next.set(head);
-            slab.prev.set(ptr::null_mut());
-            // SAFETY: as above, for the head.
-            unsafe { (*head).prev.set(s) };
-            self.partial.set(s);
+            self.partial.push_front(slab);
         }
         self.partial_count.set(self.partial_count.get() + 1);
         self.ev.add(Ev::ThreadPartial, 1);
@@ -139,7 +133,7 @@ impl ClassHeap {
 
     /// Takes the head of the partial list.
     pub fn pop_partial(&self) -> *mut Slab {
-        let p = self.partial.get();
+        let p = self.partial.first();
         if !p.is_null() {
             // SAFETY: slabs on our partial list are live and ours.
             self.unlink_partial(unsafe { &*p });
@@ -150,36 +144,25 @@ impl ClassHeap {
     /// Takes `slab` off the partial list; it stays owned.
     pub fn unlink_partial(&self, slab: &Slab) {
         invariant!(slab.on_partial.get());
-        let (prev, next) = (slab.prev.get(), slab.next.get());
-        match prev {
-            // SAFETY: list neighbours are live slabs of ours.
-            p if !p.is_null() => unsafe { (*p).next.set(next) },
-            _ => self.partial.set(next),
-        }
-        match next {
-            // SAFETY: as above.
-            n if !n.is_null() => unsafe { (*n).prev.set(prev) },
-            _ => self.partial_tail.set(prev),
-        }
+        self.partial.remove(slab);
         slab.on_partial.set(false);
         self.partial_count.set(self.partial_count.get() - 1);
         self.ev.sub(Ev::ThreadPartial, 1);
     }
 
-    /// Empties the partial list, returning its head (linked through `next`).
+    /// Empties the partial list, returning its head (linked through
+    /// `Slab::next`).
     pub fn take_partials(&self) -> *mut Slab {
         self.ev
             .sub(Ev::ThreadPartial, self.partial_count.replace(0) as u64);
-        self.partial_tail.set(ptr::null_mut());
-        self.partial.replace(ptr::null_mut())
+        self.partial.take_all()
     }
 
     const fn new() -> Self {
         ClassHeap {
             free: Cell::new(ptr::null_mut()),
             active: Cell::new(ptr::null_mut()),
-            partial: Cell::new(ptr::null_mut()),
-            partial_tail: Cell::new(ptr::null_mut()),
+            partial: List::new(),
             partial_count: Cell::new(0),
             stash: Cell::new(ptr::null_mut()),
             returned: AtomicPtr::new(ptr::null_mut()),
@@ -219,8 +202,7 @@ impl Heap {
             if self.is_warm(class) {
                 c.free.set(ptr::null_mut());
                 c.active.set(ptr::null_mut());
-                c.partial.set(ptr::null_mut());
-                c.partial_tail.set(ptr::null_mut());
+                c.partial.clear();
                 c.partial_count.set(0);
                 c.stash.set(ptr::null_mut());
             }
@@ -317,7 +299,7 @@ pub fn orphan_heap() -> &'static Heap {
 /// used under `prof::table::PROF_LOCK`: `FIRST_PROF_HEAP`, or a fresh one in
 /// a forked child that found it half written (`replace_prof_in_child`). No thread's
 /// heap, so every free of a sampled block misses the free fast path's owner
-/// compare and reaches `release::free_slow`, which hands it to the profile.
+/// compare and reaches `free::free_slow`, which hands it to the profile.
 pub static PROF: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_PROF_HEAP as *const Heap as *mut Heap);
 static FIRST_PROF_HEAP: Heap = Heap::new();
 
@@ -347,7 +329,7 @@ pub fn owner_tag(heap: *const Heap) -> usize {
 // The registry
 
 pub struct Registry {
-    pub live: *mut Heap,
+    pub live: List<Heap>,
     pub pool: *mut Heap,
     pub retired: [[u64; Ev::COUNT]; NUM_CLASSES],
     pub threads_alive: u64,
@@ -369,7 +351,7 @@ impl Registry {
 }
 
 pub static REGISTRY: Locked<Registry> = Locked::new(Registry {
-    live: ptr::null_mut(),
+    live: List::new(),
     pool: ptr::null_mut(),
     retired: [[0; Ev::COUNT]; NUM_CLASSES],
     threads_alive: 0,
@@ -431,13 +413,8 @@ pub fn sum_counters(out: &mut [[u64; Ev::COUNT]; NUM_CLASSES], wait: bool) -> (u
     };
     add(orphan_heap());
     add(prof_heap());
-    let mut h = r.live;
-    while !h.is_null() {
-        // SAFETY: registry members are live heaps.
-        let heap = unsafe { &*h };
-        add(heap);
-        h = heap.next.get();
-    }
+    // Heaps are never unmapped: the walk without the lock stays on heaps.
+    r.live.iter().for_each(add);
     let threads = (r.threads_alive, r.threads_exited);
     if locked {
         REGISTRY.lock.unlock();
@@ -454,22 +431,11 @@ pub fn walk_heaps(detached: &mut [u64; NUM_CLASSES], thread_partial: &mut [u64; 
                 let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
                 detached[class] += freelist::list_len(c.free.get(), bound) as u64;
                 detached[class] += freelist::list_len(c.stash.get(), bound) as u64;
-                let mut p = c.partial.get();
-                while !p.is_null() {
-                    thread_partial[class] += 1;
-                    // SAFETY: partial slabs are live descriptors.
-                    p = unsafe { (*p).next.get() };
-                }
+                thread_partial[class] += c.partial.iter().count() as u64;
             }
         };
         visit(orphan_heap());
-        let mut h = r.live;
-        while !h.is_null() {
-            // SAFETY: registry members are live heaps; lock held.
-            let heap = unsafe { &*h };
-            visit(heap);
-            h = heap.next.get();
-        }
+        r.live.iter().for_each(visit);
     })
 }
 
@@ -486,14 +452,7 @@ pub fn repair_registry_in_child() {
     // SAFETY: the child runs one thread, and the thread that held the lock
     // is gone: nothing else touches the registry.
     let r = unsafe { &mut *REGISTRY.data_ptr() };
-    let (mut prev, mut h) = (ptr::null_mut(), r.live);
-    while !h.is_null() {
-        // SAFETY: heaps reachable from `live` are live mappings.
-        let heap = unsafe { &*h };
-        heap.prev.set(prev);
-        prev = h;
-        h = heap.next.get();
-    }
+    r.live.repair_in_child();
     REGISTRY.lock.reset_in_child();
 }
 

@@ -1,13 +1,16 @@
 //! Process and thread start and end: the one-time process init (the
 //! free-list secret, options, the thread-exit key, the fork handlers, the
-//! statistics report), the creation of a thread's heap, and its exit.
+//! statistics report), the creation of a thread's heap, the heap the slow
+//! paths use (`with_slow_heap`: the thread's own, or the orphan heap), and
+//! a thread's exit.
 
 use core::ptr;
 
-use crate::heap::{change_registry, Heap, DEAD, REGISTRY};
+use crate::heap::{change_registry, orphan_heap, Heap, DEAD, EMPTY, ORPHAN_LOCK, REGISTRY};
 use crate::os;
 use crate::release::flush;
 use crate::sync::{store_order_fence, Once};
+use crate::tls::current;
 
 static INIT: Once = Once::new();
 static mut KEY: libc::pthread_key_t = 0;
@@ -57,16 +60,10 @@ pub fn create_heap() -> *mut Heap {
     // SAFETY: `mem` is an empty heap no other thread writes.
     unsafe { (*mem).secret.set(crate::freelist::secret()) };
     change_registry(|r| {
-        // SAFETY: `mem` is initialised; registry members are live heaps.
-        unsafe {
-            (*mem).next.set(r.live);
-            if !r.live.is_null() {
-                (*r.live).prev.set(mem);
-            }
-        }
-        // A forked child walks `live` forward (`repair_registry_in_child`).
-        store_order_fence();
-        r.live = mem;
+        // SAFETY: `mem` is initialised. Its links are written before it is
+        // linked: a forked child walks `live` forward
+        // (`repair_registry_in_child`).
+        r.live.push_front(unsafe { &*mem });
         r.threads_alive += 1;
         crate::purge::set_program_threads(r.threads_alive);
     });
@@ -78,6 +75,25 @@ pub fn create_heap() -> *mut Heap {
     mem
 }
 
+/// Runs `f` with a heap this thread may use: its own (created on first use),
+/// or ORPHAN_HEAP under its lock for a thread past its exit destructor or
+/// when no heap could be mapped.
+#[inline(never)]
+pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
+    let mut heap = current();
+    if heap == EMPTY {
+        heap = create_heap();
+    }
+    if heap.is_null() || heap == DEAD {
+        ORPHAN_LOCK.lock();
+        let r = f(orphan_heap());
+        ORPHAN_LOCK.unlock();
+        return r;
+    }
+    // SAFETY: a heap from `create_heap` lives until this thread's destructor.
+    f(unsafe { &*heap })
+}
+
 /// The pthread key destructor: this thread is exiting.
 extern "C" fn thread_exit(arg: *mut libc::c_void) {
     let heap = arg as *mut Heap;
@@ -87,21 +103,10 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     flush(h, true);
     let alive = change_registry(|r| {
         r.retire_counters(h);
-        let (next, prev) = (h.next.get(), h.prev.get());
-        // SAFETY: neighbours are live registry members; lock held.
-        unsafe {
-            if prev.is_null() {
-                r.live = next;
-            } else {
-                (*prev).next.set(next);
-            }
-            if !next.is_null() {
-                (*next).prev.set(prev);
-            }
-        }
-        // Off the live list before its link is reused for the pool, and
-        // linked before the pool names it: a forked child walks both.
-        store_order_fence();
+        // Off the live list (its links cleared after) before its link is
+        // reused for the pool, and linked before the pool names it: a
+        // forked child walks both.
+        r.live.remove(h);
         h.next.set(r.pool);
         store_order_fence();
         r.pool = heap;

@@ -99,6 +99,7 @@ mod fastpath;
 mod ffi;
 mod fmt;
 mod fork;
+mod free;
 mod freelist;
 mod glibc_info;
 mod heap;
@@ -106,6 +107,7 @@ mod init;
 mod large;
 mod large_cache;
 mod large_map;
+mod list;
 #[cfg(feature = "nightly")]
 mod nightly;
 mod node;

@@ -12,11 +12,12 @@ use core::ptr;
 use crate::freelist::list_contains;
 #[cfg(not(loom))]
 use crate::freelist::list_len;
+use crate::list::List;
 use crate::segment;
 #[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
 use crate::slab::{double_free, Slab, State};
-use crate::sync::{invariant, AtomicU64, AtomicUsize, Cell, Lock, Ordering};
+use crate::sync::{invariant, AtomicU64, AtomicUsize, Lock, Ordering};
 
 /// For classes of few objects per slab, a node keeps as many empty slabs
 /// as hold this many objects (SLUB's `min_partial`, which grows with the
@@ -44,8 +45,7 @@ fn min_partial(objects: u32, listed: bool) -> usize {
 
 pub struct Node {
     pub lock: Lock,
-    head: Cell<*mut Slab>,
-    tail: Cell<*mut Slab>,
+    slabs: List<Slab>,
     /// Slabs on the list, and free objects on them. Written under the lock,
     /// read by `stats()` without it.
     pub nr_partial: AtomicUsize,
@@ -98,8 +98,7 @@ macro_rules! new_node {
     () => {
         Node {
             lock: Lock::new(),
-            head: Cell::new(ptr::null_mut()),
-            tail: Cell::new(ptr::null_mut()),
+            slabs: List::new(),
             nr_partial: AtomicUsize::new(0),
             free_objects: AtomicUsize::new(0),
             added_head: AtomicU64::new(0),
@@ -153,7 +152,7 @@ impl Node {
     /// first free claims it, as any full slab's.
     pub fn take_object(&self) -> (*mut u8, bool) {
         self.lock.assert_held();
-        let s = self.tail.get();
+        let s = self.slabs.last();
         if s.is_null() {
             return (ptr::null_mut(), false);
         }
@@ -173,25 +172,10 @@ impl Node {
     fn link(&self, slab: &Slab, at_tail: bool) {
         self.lock.assert_held();
         invariant!(slab.state() == State::Listed);
-        let s = slab as *const Slab as *mut Slab;
         if at_tail {
-            slab.next.set(ptr::null_mut());
-            slab.prev.set(self.tail.get());
-            match self.tail.get() {
-                // SAFETY: list members are live descriptors; lock held.
-                t if !t.is_null() => unsafe { (*t).next.set(s) },
-                _ => self.head.set(s),
-            }
-            self.tail.set(s);
+            self.slabs.push_back(slab);
         } else {
-            slab.prev.set(ptr::null_mut());
-            slab.next.set(self.head.get());
-            match self.head.get() {
-                // SAFETY: as above.
-                h if !h.is_null() => unsafe { (*h).prev.set(s) },
-                _ => self.tail.set(s),
-            }
-            self.head.set(s);
+            self.slabs.push_front(slab);
         }
         bump(&self.nr_partial, 1);
         bump(
@@ -203,22 +187,7 @@ impl Node {
     /// Takes a slab off the list. Lock held.
     pub fn remove(&self, slab: &Slab) {
         self.lock.assert_held();
-        let (next, prev) = (slab.next.get(), slab.prev.get());
-        // SAFETY: neighbours are live list members; lock held.
-        unsafe {
-            if prev.is_null() {
-                self.head.set(next);
-            } else {
-                (*prev).next.set(next);
-            }
-            if next.is_null() {
-                self.tail.set(prev);
-            } else {
-                (*next).prev.set(prev);
-            }
-        }
-        slab.next.set(ptr::null_mut());
-        slab.prev.set(ptr::null_mut());
+        self.slabs.remove(slab);
         bump(&self.nr_partial, -1);
         bump(
             &self.free_objects,
@@ -261,14 +230,14 @@ impl Node {
     }
 
     /// Counts a free into a slab this list is about to take: a cold class's
-    /// free that claimed a FULL slab (`release::free_unowned`). Lock held.
+    /// free that claimed a FULL slab (`free::free_unowned`). Lock held.
     pub fn count_free_listed(&self) {
         self.lock.assert_held();
         count(&self.frees_listed);
     }
 
     pub fn first(&self) -> *mut Slab {
-        self.head.get()
+        self.slabs.first()
     }
 
     /// Whether an empty slab of `objects` objects should leave the list for
@@ -280,15 +249,9 @@ impl Node {
     }
 
     /// Calls `f` on every listed slab. Lock held; verification walk only.
-    pub fn for_each(&self, mut f: impl FnMut(&Slab)) {
+    pub fn for_each(&self, f: impl FnMut(&Slab)) {
         self.lock.assert_held();
-        let mut s = self.head.get();
-        while !s.is_null() {
-            // SAFETY: list members are live; lock held.
-            let slab = unsafe { &*s };
-            f(slab);
-            s = slab.next.get();
-        }
+        self.slabs.iter().for_each(f);
     }
 }
 
@@ -320,8 +283,7 @@ pub fn rebuild_in_child() {
         return;
     }
     for (node, _) in NODES.iter().zip(held).filter(|(_, h)| *h) {
-        node.head.set(ptr::null_mut());
-        node.tail.set(ptr::null_mut());
+        node.slabs.clear();
         node.nr_partial.store(0, Ordering::Relaxed);
         node.free_objects.store(0, Ordering::Relaxed);
     }
@@ -374,14 +336,8 @@ impl Node {
     #[cfg(not(loom))]
     pub fn release_empty(&self) {
         self.lock.assert_held();
-        let mut s = self.head.get();
-        for _ in 0..RELEASE_WALK {
-            if s.is_null() {
-                break;
-            }
-            // SAFETY: list members are live; lock held.
-            let slab = unsafe { &*s };
-            s = slab.next.get();
+        // The walk reads a slab's successor before the slab may leave.
+        for slab in self.slabs.iter().take(RELEASE_WALK) {
             if slab.inuse.get() == 0 {
                 self.discard_listed(slab);
             }
@@ -473,12 +429,10 @@ mod tests {
                 rebuild_in_child();
                 assert!(slab.state() == State::Full, "{:?}", slab.state());
                 assert!(!node.lock.is_locked());
-                let mut s = node.head.get();
-                while !s.is_null() {
-                    assert!(!ptr::eq(s, slab), "the slab is still listed");
-                    // SAFETY: list members are live descriptors.
-                    s = unsafe { (*s).next.get() };
-                }
+                assert!(
+                    !node.slabs.iter().any(|s| ptr::eq(s, slab)),
+                    "the slab is still listed"
+                );
                 assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
             })
             .is_ok();

@@ -9,8 +9,10 @@
 //! says otherwise, so `free` can promise to leave `errno` alone.
 
 use core::ptr;
-
-use crate::sync::{AtomicU64, Ordering};
+// Core's atomics, not `sync`'s: these counters are statistics no protocol
+// depends on, so the model check need not swap them, and `sync` (whose
+// lock and invariants call `fatal` and `ErrnoGuard`) stays above `os`.
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Mappings made, ranges purged (MADV_DONTNEED), and bytes given back by
 /// purges (those ranges, and the free segments and cached large blocks

@@ -1,38 +1,20 @@
-//! The allocation slow path: the heap a thread may use (its own, created on
-//! first use, or the orphan heap), and the refill of a class's free list
-//! from, in order, the active slab's own lists, the thread partial list, the
-//! slabs handed back by other threads, the node partial list, a new slab.
+//! The allocation slow path: the refill of a class's free list, in the heap
+//! `init::with_slow_heap` gives, from, in order, the active slab's own
+//! lists, the thread partial list, the slabs handed back by other threads,
+//! the node partial list, a new slab.
 
 use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
 use crate::freelist;
-use crate::heap::{orphan_heap, owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL, ORPHAN_LOCK};
+use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
+use crate::init::with_slow_heap;
 use crate::node::NODES;
 use crate::release::{keep_partial, trim_partials};
 use crate::segment;
 use crate::sync::Ordering;
 use crate::tls::current;
-
-/// Runs `f` with a heap this thread may use: its own (created on first use),
-/// or ORPHAN_HEAP under its lock for a thread past its exit destructor or
-/// when no heap could be mapped.
-#[inline(never)]
-pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
-    let mut heap = current();
-    if heap == EMPTY {
-        heap = crate::init::create_heap();
-    }
-    if heap.is_null() || heap == DEAD {
-        ORPHAN_LOCK.lock();
-        let r = f(orphan_heap());
-        ORPHAN_LOCK.unlock();
-        return r;
-    }
-    // SAFETY: a heap from `create_heap` lives until this thread's destructor.
-    f(unsafe { &*heap })
-}
 
 /// The allocation slow path: the class's free list is empty (or the thread
 /// has no heap yet, or debug mode keeps the lists empty). The arguments come
@@ -171,7 +153,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 a.set_inuse_active();
                 return true;
             }
-            if !taken && !c.partial.get().is_null() {
+            if !taken && !c.partial.is_empty() {
                 let p = c.pop_partial();
                 c.push_partial(a, true);
                 c.active.set(p);

@@ -19,11 +19,12 @@
 use core::cell::UnsafeCell;
 use core::ptr;
 
+use crate::list::{Linked, List};
 use crate::os;
 use crate::purge;
 use crate::size_class::ADDRESS_BITS;
 use crate::slab::Slab;
-use crate::sync::{invariant, store_order_fence, AtomicU64, AtomicU8, Locked, Ordering};
+use crate::sync::{invariant, AtomicU64, AtomicU8, Cell, Locked, Ordering};
 
 pub use crate::size_class::{
     segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
@@ -82,11 +83,11 @@ pub struct Segment {
     /// only the slabs free for a whole delay.
     freed_at_ns: [u64; SLABS_PER_SEGMENT],
     /// Links of the list of every segment (`Segments::all`).
-    next: *mut Segment,
-    prev: *mut Segment,
+    all_next: Cell<*mut Segment>,
+    all_prev: Cell<*mut Segment>,
     /// Links of the list of segments with a free slab (`Segments::with_free`).
-    next_free: *mut Segment,
-    prev_free: *mut Segment,
+    free_next: Cell<*mut Segment>,
+    free_prev: Cell<*mut Segment>,
     /// The next segment of the dirty queue (`Segments::dirty`), and whether
     /// this one is on it (it is whenever `dirty_mask` is not 0; `alloc_slab`
     /// may leave it there with none).
@@ -98,12 +99,37 @@ pub struct Segment {
 
 const _: () = assert!(core::mem::size_of::<Segment>() <= SLAB_BYTES);
 
+/// The kinds of a segment's links: the list of all segments, and that of
+/// segments with a free slab.
+enum All {}
+enum WithFree {}
+
+impl Linked<All> for Segment {
+    fn next(&self) -> &Cell<*mut Segment> {
+        &self.all_next
+    }
+
+    fn prev(&self) -> &Cell<*mut Segment> {
+        &self.all_prev
+    }
+}
+
+impl Linked<WithFree> for Segment {
+    fn next(&self) -> &Cell<*mut Segment> {
+        &self.free_next
+    }
+
+    fn prev(&self) -> &Cell<*mut Segment> {
+        &self.free_prev
+    }
+}
+
 struct Segments {
     /// Every segment, for the verification walk and a forked child's repair.
-    all: *mut Segment,
+    all: List<Segment, All>,
     count: usize,
     /// The segments with a free slab, the one freed into last first.
-    with_free: *mut Segment,
+    with_free: List<Segment, WithFree>,
     /// The segments with dirty slabs, for the purge.
     dirty: *mut Segment,
     /// Segments with `kept_empty` set.
@@ -118,9 +144,9 @@ struct Segments {
 unsafe impl Send for Segments {}
 
 static SEGMENTS: Locked<Segments> = Locked::new(Segments {
-    all: ptr::null_mut(),
+    all: List::new(),
     count: 0,
-    with_free: ptr::null_mut(),
+    with_free: List::new(),
     dirty: ptr::null_mut(),
     empty_kept: 0,
     dirty_slabs: 0,
@@ -213,7 +239,7 @@ pub fn take_slab() -> (*mut Slab, bool) {
 
 /// `take_slab`'s work, lock held.
 fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
-    let mut seg = s.with_free;
+    let mut seg = s.with_free.first();
     if seg.is_null() {
         seg = new_segment(s);
         if seg.is_null() {
@@ -237,7 +263,7 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
         s.empty_kept -= 1;
     }
     if sg.free_mask == 0 {
-        unlink_free(s, seg);
+        s.with_free.remove(sg);
     }
     (&mut sg.slabs[index] as *mut Slab, dirty != 0)
 }
@@ -295,9 +321,9 @@ fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) -> usize {
     let index = (slab as usize - seg as usize) / core::mem::size_of::<Slab>();
     invariant!(sg.free_mask & (1 << index) == 0);
     if sg.free_mask != 0 {
-        unlink_free(s, seg);
+        s.with_free.remove(sg);
     }
-    push_free(s, seg);
+    s.with_free.push_front(sg);
     sg.free_mask |= 1 << index;
     sg.dirty_mask |= 1 << index;
     sg.freed_at_ns[index] = now;
@@ -308,37 +334,6 @@ fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) -> usize {
     }
     s.dirty_slabs += 1;
     s.dirty_slabs
-}
-
-/// Puts `seg` at the head of the segments with a free slab. Lock held.
-fn push_free(s: &mut Segments, seg: *mut Segment) {
-    // SAFETY: `seg` and the list's head are live segments; the lock is held.
-    unsafe {
-        (*seg).prev_free = ptr::null_mut();
-        (*seg).next_free = s.with_free;
-        if !s.with_free.is_null() {
-            (*s.with_free).prev_free = seg;
-        }
-    }
-    s.with_free = seg;
-}
-
-/// Takes `seg` off the segments with a free slab. Lock held.
-fn unlink_free(s: &mut Segments, seg: *mut Segment) {
-    // SAFETY: `seg` is on the list, its neighbours live; the lock is held.
-    unsafe {
-        let (next, prev) = ((*seg).next_free, (*seg).prev_free);
-        if prev.is_null() {
-            s.with_free = next;
-        } else {
-            (*prev).next_free = next;
-        }
-        if !next.is_null() {
-            (*next).prev_free = prev;
-        }
-        (*seg).next_free = ptr::null_mut();
-        (*seg).prev_free = ptr::null_mut();
-    }
 }
 
 fn new_segment(s: &mut Segments) -> *mut Segment {
@@ -353,19 +348,15 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
         }
         (*seg).free_mask = ALL_SLABS;
         (*seg).dirty_mask = 0;
-        (*seg).next = s.all;
-        (*seg).prev = ptr::null_mut();
         // The mapping is fresh zeros: no links, flags or times to clear.
-        if !s.all.is_null() {
-            (*s.all).prev = seg;
-        }
     }
-    // A forked child walks the list from `all` (`repair_in_child`): the new
-    // segment's fields come first.
-    store_order_fence();
-    s.all = seg;
+    // SAFETY: as above. A forked child walks the list from `all`
+    // (`repair_in_child`): `push_front` writes the segment before linking
+    // it.
+    let sg = unsafe { &*seg };
+    s.all.push_front(sg);
     s.count += 1;
-    push_free(s, seg);
+    s.with_free.push_front(sg);
     set_mapped(seg as usize, true);
     let g = crate::counters::global();
     g.segments.fetch_add(1, Ordering::Relaxed);
@@ -438,8 +429,9 @@ fn purge_segments_locked(s: &mut Segments, cutoff: u64) -> bool {
         {
             // Its free slabs not purged yet leave with it.
             let dirty = sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
-            unlink(s, seg);
-            unlink_free(s, seg);
+            s.all.remove(sg);
+            s.count -= 1;
+            s.with_free.remove(sg);
             s.dirty_slabs -= sg.dirty_mask.count_ones() as usize;
             set_mapped(seg as usize, false);
             os::unmap(seg.cast(), SEGMENT_BYTES);
@@ -493,36 +485,16 @@ fn purge_runs(base: usize, mut mask: u64) {
     }
 }
 
-fn unlink(s: &mut Segments, seg: *mut Segment) {
-    // SAFETY: `seg` is on the list and the lock is held.
-    unsafe {
-        let (next, prev) = ((*seg).next, (*seg).prev);
-        if prev.is_null() {
-            s.all = next;
-        } else {
-            (*prev).next = next;
-        }
-        if !next.is_null() {
-            (*next).prev = prev;
-        }
-    }
-    s.count -= 1;
-}
-
 /// Calls `f` on every slab in use, with the segment lock held. For the
 /// verification walk only.
 pub fn for_each_slab(mut f: impl FnMut(&Slab)) {
     SEGMENTS.with(|s| {
-        let mut seg = s.all;
-        while !seg.is_null() {
-            // SAFETY: live segment, lock held.
-            let sg = unsafe { &*seg };
+        for sg in s.all.iter() {
             for i in 1..SLABS_PER_SEGMENT {
                 if sg.free_mask & (1 << i) == 0 {
                     f(&sg.slabs[i]);
                 }
             }
-            seg = sg.next;
         }
     })
 }
@@ -543,17 +515,18 @@ pub fn repair_in_child() {
     // SAFETY: the child runs one thread, and the thread that held the lock
     // is gone: nothing else touches the list.
     let s = unsafe { &mut *SEGMENTS.data_ptr() };
-    let (mut prev, mut seg, mut count) = (ptr::null_mut(), s.all, 0);
-    (s.with_free, s.dirty, s.empty_kept) = (ptr::null_mut(), ptr::null_mut(), 0);
+    s.all.repair_in_child();
+    let (mut seg, mut count) = (s.all.first(), 0);
+    s.with_free.clear();
+    (s.dirty, s.empty_kept) = (ptr::null_mut(), 0);
     s.dirty_slabs = 0;
     while !seg.is_null() {
         // SAFETY: segments reachable from `all` are live mappings.
         let sg = unsafe { &mut *seg };
-        sg.prev = prev;
         sg.dirty_mask &= sg.free_mask;
         s.dirty_slabs += sg.dirty_mask.count_ones() as usize;
         if sg.free_mask != 0 {
-            push_free(s, seg);
+            s.with_free.push_front(sg);
         }
         sg.on_dirty = sg.dirty_mask != 0;
         if sg.on_dirty {
@@ -564,8 +537,7 @@ pub fn repair_in_child() {
         s.empty_kept += sg.kept_empty as usize;
         set_mapped(seg as usize, true);
         count += 1;
-        prev = seg;
-        seg = sg.next;
+        seg = sg.all_next.get();
     }
     s.count = count;
     // Relaxed: the child runs one thread.
@@ -591,9 +563,9 @@ mod tests {
     #[test]
     fn a_purge_gives_back_only_the_slabs_free_for_a_whole_delay() {
         let mut s = Segments {
-            all: ptr::null_mut(),
+            all: List::new(),
             count: 0,
-            with_free: ptr::null_mut(),
+            with_free: List::new(),
             dirty: ptr::null_mut(),
             empty_kept: 0,
             dirty_slabs: 0,
@@ -619,10 +591,10 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { memory_of(b).read() }, 0);
         assert_eq!((s.count, s.empty_kept), (1, 1), "the empty segment is kept");
-        let first = s.all;
+        let first = s.all.first();
         // A second segment, emptied: unmapped, the first still kept.
         let seg = new_segment(&mut s);
-        assert!(!seg.is_null() && s.with_free == seg);
+        assert!(!seg.is_null() && s.with_free.first() == seg);
         let c = take_slab_locked(&mut s).0;
         assert_eq!(segment_of(c as usize), seg as usize);
         give_slab(&mut s, c, 300);
@@ -632,9 +604,10 @@ mod tests {
         give_slab(&mut s, c, 300);
         assert!(!purge_segments_locked(&mut s, 300));
         assert_eq!(s.dirty_slabs, 0);
-        assert_eq!((s.count, s.empty_kept, s.all), (1, 1, first));
-        assert!(s.dirty.is_null() && s.with_free == first);
-        unlink(&mut s, first);
+        assert_eq!((s.count, s.empty_kept, s.all.first()), (1, 1, first));
+        assert!(s.dirty.is_null() && s.with_free.first() == first);
+        // SAFETY: the test's segment, live.
+        s.all.remove(unsafe { &*first });
         set_mapped(first as usize, false);
         os::unmap(first.cast(), SEGMENT_BYTES);
         crate::counters::global()

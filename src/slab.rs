@@ -38,6 +38,7 @@
 use core::ptr;
 
 use crate::freelist::{clear_link, link_is_sane, pop, set_next, set_next_with};
+use crate::list::Linked;
 use crate::os;
 use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
 use crate::sync::{invariant, AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
@@ -172,6 +173,18 @@ const _: () = assert!(core::mem::size_of::<Slab>() == 128);
 // SAFETY: the Cell fields are touched only by the slab's owner or under the
 // node/segment lock, per the protocol above.
 unsafe impl Sync for Slab {}
+
+impl Linked for Slab {
+    #[inline]
+    fn next(&self) -> &Cell<*mut Slab> {
+        &self.next
+    }
+
+    #[inline]
+    fn prev(&self) -> &Cell<*mut Slab> {
+        &self.prev
+    }
+}
 
 impl Slab {
     /// A descriptor in the FREE state, as a new segment's slabs start.

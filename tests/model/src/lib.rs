@@ -1,5 +1,5 @@
 //! The slab protocol of slubmalloc, model-checked: the allocator's own
-//! `sync`, `size_class`, `freelist`, `slab` and `node` modules, compiled
+//! `sync`, `size_class`, `freelist`, `list`, `slab` and `node` modules, compiled
 //! against loom's atomics and cells (`--cfg loom`, see `ci/model.sh`) and
 //! instantiated on slabs and nodes made for each scenario instead of the
 //! process's statics. Loom runs each scenario under every interleaving of
@@ -14,6 +14,8 @@
 
 #[path = "../../../src/freelist.rs"]
 pub mod freelist;
+#[path = "../../../src/list.rs"]
+pub mod list;
 #[path = "../../../src/node.rs"]
 pub mod node;
 #[path = "../../../src/size_class.rs"]

@@ -153,7 +153,7 @@ fn free_local(slab: &Slab, p: usize) {
     unsafe { slab.free_object(p as *mut u8) };
 }
 
-/// A free by OTHER as `release::free_unowned` does it, for a slab that is
+/// A free by OTHER as `free::free_unowned` does it, for a slab that is
 /// OWNED or FULL: push, or claim and give back to OWNER (adopt if closed).
 /// Returns whether the freer adopted the slab.
 fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
@@ -162,7 +162,7 @@ fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
 
 /// `free_remote` by the heap `me`, for which the class is warm: a slab it
 /// finds it owns (`Push::Mine`) takes the free on its local list, as
-/// `release::free_owned_slow` does; a FULL slab it claims goes back to its
+/// `free::free_owned_slow` does; a FULL slab it claims goes back to its
 /// last owner unless that is `me` or closed, else `me` adopts it.
 fn free_warm(me: usize, slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
     loop {
@@ -191,18 +191,18 @@ fn free_warm(me: usize, slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bo
 }
 
 /// A free by a thread that does not own the slab, as
-/// `release::free_unowned` does it: a push if the slab is OWNED; under the
+/// `free::free_unowned` does it: a push if the slab is OWNED; under the
 /// node lock if it is LISTED (looking again once the lock is held); the
 /// claim of a FULL slab, which the freer adopts (the model's slabs have no
 /// last owner here). `looks_free` is the double-free test as
-/// `release::free_slow` read it, once, before the first push (whose losing
+/// `free::free_slow` read it, once, before the first push (whose losing
 /// CAS may already have written a link into `p`). Returns whether the freer
 /// claimed the slab.
 fn free_unowned(node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
     free_by(OTHER, node, slab, p, looks_free)
 }
 
-/// A free by a heap for which the class is cold, as `release::free_unowned`
+/// A free by a heap for which the class is cold, as `free::free_unowned`
 /// does it: a FULL slab it claims goes to the node list, not to its heap.
 /// Returns whether it claimed the slab.
 fn free_cold(node: &Node, slab: &Slab, p: usize) -> bool {

@@ -1,0 +1,251 @@
+//! The free slow path: a free the fast path could not finish. A block of a
+//! slab another heap owns goes onto that slab's remote list; a FULL slab is
+//! claimed by the freer and given back to the heap that filled it, or
+//! adopted; a LISTED slab takes the free under its node lock (and is adopted
+//! at the second free in a row); a block that looks free already is looked
+//! for on the slab's lists (a double free stops the process). The slabs
+//! these frees hand on go through `release`.
+
+use core::ptr;
+
+use crate::counters::Ev;
+use crate::debug;
+use crate::freelist::{self, set_next, CHECKS};
+use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
+use crate::init::with_slow_heap;
+use crate::node::NODES;
+use crate::release::{keep_partial, release, slab_emptied, trim_partials};
+use crate::slab::{self, double_free, invalid_free, Push, Slab, State};
+use crate::sync::Ordering;
+use crate::tls::current;
+
+/// A free by a thread that does not own the slab. The common case, a slab
+/// that another heap owns, is one `push_remote`, done here without the
+/// slow-heap machinery and with no call that returns, so no registers to
+/// save; everything else (options not parsed yet included) goes through
+/// `free_unowned`. The block comes first, where `free` received it, so that
+/// the fast path jumps here without moving it.
+#[inline(never)]
+pub fn free_slow(p: *mut u8, slab: &Slab) {
+    // --- heap profile: a sampled block, in a slab of the profile heap.
+    if crate::prof::sample::owns(slab) {
+        return crate::prof::sample::free_sampled(slab, p);
+    }
+    // ---
+    // Read once, before any write into `p`: a push that loses its CAS to a
+    // change of state has already written a link into `p`, which a second
+    // reading would take for a free block (a double free reported for a
+    // correct program, as a slab went LISTED and was taken again meanwhile).
+    // SAFETY: `p` lies in a mapped slab; its first word is readable.
+    let looks_free = CHECKS && unsafe { slab::looks_free(p) };
+    let heap = current();
+    let debug = crate::options::ready().is_none_or(|o| o.debug);
+    if heap != EMPTY && heap != DEAD && !debug {
+        // Out of debug mode a heap's owner tag is its address.
+        if slab.push_remote(p, heap as usize, looks_free) == Push::Pushed {
+            // SAFETY: a heap that is neither EMPTY nor DEAD is this
+            // thread's own; the class is in range.
+            unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) }
+                .ev
+                .inc(Ev::FreeRemote);
+            return;
+        }
+    }
+    free_unowned_slow(slab, p, looks_free)
+}
+
+/// `free_unowned` with the slow heap, out of line: `free_slow` reaches it
+/// with a jump, so its own path needs no frame.
+#[inline(never)]
+fn free_unowned_slow(slab: &Slab, p: *mut u8, looks_free: bool) {
+    with_slow_heap(|heap| free_unowned(heap, slab, p, looks_free))
+}
+
+/// A free, through the slow heap, of `p` in a slab `heap` may not own: a
+/// push onto its owner's remote list, the claim of a FULL slab, or a free
+/// into a LISTED one under its node lock. `looks_free` is
+/// `slab::looks_free(p)` as `free_slow` read it, before any write into `p`.
+fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
+    if debug::enabled() {
+        not_a_live_block(slab.state(), slab, p);
+        debug::on_free(slab, p);
+    }
+    let class = slab.class.get() as usize;
+    loop {
+        let state = match slab.push_remote(p, owner_tag(heap), looks_free) {
+            Push::Pushed => {
+                heap.classes[class].ev.inc(Ev::FreeRemote);
+                return;
+            }
+            // The orphan heap owns it, or our own slab reached the slow path.
+            Push::Mine => return free_owned_slow(heap, slab, p, looks_free),
+            Push::NotOwned(state) => state,
+        };
+        not_a_live_block(state, slab, p);
+        if state == State::Full {
+            if !slab.try_claim_full(p) {
+                continue;
+            }
+            // Alone with the slab until it is handed on. Emptied by this
+            // free (a class of one block per slab): onto the node list or
+            // back to its segment now, where the refill of the heap that
+            // filled it would have passed it after a trip through its
+            // `returned` stack.
+            if slab.inuse.get() == 0 {
+                return list_claimed(heap, class, slab);
+            }
+            // Else back to the heap that filled it, or onto our partial
+            // list if that heap is gone.
+            let last = slab.last_owner.get();
+            if last != 0 && last != owner_tag(heap) {
+                // SAFETY: heaps are never unmapped (an exited one reads
+                // CLOSED); `last` is a heap's owner tag.
+                let to = unsafe { &*((last & !1) as *const Heap) };
+                if slab.give_back(last, &to.classes[class].returned) {
+                    heap.classes[class].ev.inc(Ev::FreeRemote);
+                    return;
+                }
+            }
+            if !heap.is_warm(class) {
+                // A cold class owns no slab (`shared`): the slab goes back
+                // to the node list, where the shared slabs are.
+                return list_claimed(heap, class, slab);
+            }
+            heap.classes[class].ev.inc(Ev::FreeSlow);
+            return adopt(heap, class, slab);
+        }
+        let node = &NODES[class];
+        let g = node.lock.guard();
+        if slab.state() != State::Listed {
+            continue; // a heap took the slab, or it filled up, while we waited
+        }
+        if heap.is_warm(class) {
+            let c = &heap.classes[class];
+            if ptr::eq(
+                c.last_listed_free.replace(slab as *const Slab as *mut Slab),
+                slab,
+            ) {
+                adopt_listed(heap, class, slab);
+                drop(g);
+                return free_owned_slow(heap, slab, p, looks_free);
+            }
+        }
+        // Counted in the node's counters (no write to the class heap of a
+        // thread whose class is cold).
+        node.free_listed(slab, p, looks_free);
+        return;
+    }
+}
+
+/// A second free in a row into the same node-listed slab: the thread takes
+/// the slab (LISTED -> OWNED, onto its partial list), so that its next
+/// frees into it are local ones, not one node lock each. A program that
+/// frees its blocks in the order it allocated them frees a slab's blocks
+/// one after another: big_heap's free phase took the node lock for each of
+/// 19 million frees at 4 GiB. Frees scattered over many listed slabs keep
+/// the lock per free and leave the slabs listed. Node lock held.
+fn adopt_listed(heap: &Heap, class: usize, slab: &Slab) {
+    NODES[class].lock.assert_held();
+    let c = &heap.classes[class];
+    NODES[class].remove(slab);
+    slab.take_listed(owner_tag(heap));
+    while c.partial_count.get() >= MAX_THREAD_PARTIAL {
+        // SAFETY: the partial list is not empty; its slabs are ours.
+        release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());
+    }
+    c.push_partial(slab, true);
+}
+
+/// A slab this thread claimed from FULL (its free just made) goes to the
+/// node list, or back to its segment if empty and not kept, under the node
+/// lock. The free is counted in the class heap if the class is warm, else
+/// on the node, so that a cold class's heap is not written (only a slab
+/// that went back to its segment is counted there): a page the fast path
+/// only read maps the zero page, and a first write to it then costs a copy
+/// and a TLB shootdown on every CPU the process runs on.
+fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
+    let node = &NODES[class];
+    let _g = node.lock.guard();
+    if heap.is_warm(class) {
+        heap.classes[class].ev.inc(Ev::FreeRemote);
+    } else {
+        node.count_free_listed();
+    }
+    release(heap, class, slab, ptr::null_mut());
+}
+
+/// Stops the process if `p` cannot be a live block of `slab` in `state`:
+/// not the start of a block, or a block of a slab that is FREE (all its
+/// blocks were freed and it went back to its segment, which keeps its
+/// geometry until the slab is used again), so a double free.
+fn not_a_live_block(state: State, slab: &Slab, p: *mut u8) {
+    if !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    if state == State::Free {
+        double_free(p);
+    }
+}
+
+/// A slab we just adopted with a free joins our partial list; if that list
+/// is full, its slabs go to the node list first, in one lock hold.
+fn adopt(heap: &Heap, class: usize, slab: &Slab) {
+    heap.warm_up(class);
+    slab.adopt(owner_tag(heap));
+    trim_partials(heap, class, MAX_THREAD_PARTIAL - 1);
+    keep_partial(heap, class, slab);
+}
+
+/// A free into a slab the heap owns, reached through the slow path;
+/// `looks_free` as for `free_unowned`.
+fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
+    if !slab.is_object_start(p) {
+        invalid_free(p);
+    }
+    if looks_free {
+        return free_suspicious(p, heap as *const Heap as *mut Heap, slab);
+    }
+    let c = &heap.classes[slab.class.get() as usize];
+    if debug::enabled() && core::ptr::eq(c.active.get(), slab) {
+        // Debug mode reuses the block freed last first, so that a write
+        // after free is caught by the very next allocation of the class.
+        // SAFETY: as above; the stash is the active slab's detached list.
+        unsafe { set_next(p, c.stash.get()) };
+        c.stash.set(p);
+        c.ev.inc(Ev::FreeFast);
+    } else {
+        push_local(heap, slab, p);
+    }
+}
+
+/// `p`'s first word decodes to a valid link: either `p` is already free, or
+/// the program stored something that looks like one. Walk our lists to know.
+/// The block first, as for `free_slow`.
+#[cold]
+#[inline(never)]
+pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
+    // SAFETY: `heap` is the owner of `slab`, hence a live heap.
+    let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
+    let bound = slab.objects.get();
+    // Acquire: the freers' links (a snapshot; pushes only prepend).
+    let remote = slab::remote_list(slab.remote.0.load(Ordering::Acquire));
+    let active = core::ptr::eq(c.active.get(), slab);
+    if freelist::list_contains(slab.local_free.get(), p, bound)
+        || freelist::list_contains(remote, p, bound)
+        || (active && freelist::list_contains(c.free.get(), p, bound))
+        || (active && freelist::list_contains(c.stash.get(), p, bound))
+    {
+        double_free(p);
+    }
+    // SAFETY: `heap` owns `slab`.
+    push_local(unsafe { &*heap }, slab, p);
+}
+
+/// The fast path's push and count, for the slow paths that end like it.
+fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
+    heap.classes[slab.class.get() as usize].ev.inc(Ev::FreeFast);
+    // SAFETY: `p` is a live object of `slab`, which `heap` owns.
+    if unsafe { slab.free_object(p) } {
+        slab_emptied(heap, slab);
+    }
+}
