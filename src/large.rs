@@ -46,6 +46,9 @@ pub struct Table {
     pub recent_peak: usize,
     freed: [usize; FREED_RING],
     freed_next: usize,
+    /// A freed block's mapping longer than this is cached inaccessible, and
+    /// raises it (`protect_on_free`).
+    protect_above: usize,
 }
 
 // SAFETY: the table is reached only under its lock.
@@ -62,6 +65,7 @@ const NEW_TABLE: Table = Table {
     recent_peak: 0,
     freed: [0; FREED_RING],
     freed_next: 0,
+    protect_above: PROTECT_ABOVE_START,
 };
 static LARGE: Locked<Table> = Locked::new(NEW_TABLE);
 
@@ -71,10 +75,34 @@ fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
-/// Whether cached mappings are kept inaccessible (the default; the option
-/// is read once, so every piece in the cache is in the same state).
-fn protecting() -> bool {
-    crate::options::get().protect_freed_large
+/// Which freed blocks fault when touched follows glibc's dynamic mmap
+/// threshold: glibc unmaps a freed block it had mapped (over its threshold,
+/// 128 KiB at first) and raises the threshold to that block's size (up to
+/// 32 MiB), so that the program's later blocks up to that size come from
+/// its heap and are reused without a system call. Here a freed block whose
+/// mapping is longer than `protect_above` is made inaccessible and raises
+/// it; one no longer is cached as it is. A program's first use after free
+/// of a big block faults as under glibc, and a loop of big blocks pays two
+/// mprotects only until it has freed its biggest size (`big_blocks 1000`:
+/// 37x the CPU time when every freed block was protected, README
+/// "Memory").
+const PROTECT_ABOVE_START: usize = 128 << 10;
+/// glibc's most for its threshold on 64-bit (`DEFAULT_MMAP_THRESHOLD_MAX`):
+/// a freed block above it is always protected.
+const PROTECT_ABOVE_MAX: usize = 32 << 20;
+
+impl Table {
+    /// Whether the freed mapping of `len` bytes is to be made inaccessible,
+    /// raising the bound as glibc raises its threshold. Lock held.
+    fn protect_on_free(&mut self, len: usize) -> bool {
+        if !crate::options::get().protect_freed_large || len <= self.protect_above {
+            return false;
+        }
+        if len <= PROTECT_ABOVE_MAX {
+            self.protect_above = len;
+        }
+        true
+    }
 }
 
 /// Raises a maximum written only under the table's lock to `v`.
@@ -236,7 +264,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
                 return Err(());
             }
             let hit = t.take_cached(len);
-            if let Some(Hit::Fits(base, l)) = hit {
+            if let Some(Hit::Fits(base, l, _)) = hit {
                 t.enter(base, l, true);
             }
             Ok(hit)
@@ -249,10 +277,10 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             os::set_enomem();
             return ptr::null_mut();
         }
-        Ok(Some(Hit::Fits(base, l))) => {
-            // Cost: one mprotect, which rewrites the piece's page table
-            // entries (README, "Memory", has the benchmarks' numbers).
-            if !protecting() || os::protect(base as *mut u8, l, true) {
+        Ok(Some(Hit::Fits(base, l, protected))) => {
+            // Cost for a protected piece: one mprotect, which rewrites its
+            // page table entries (README, "Memory", has the numbers).
+            if !protected || os::protect(base as *mut u8, l, true) {
                 crate::purge::count_taken(l as u64, false);
                 if zero {
                     // SAFETY: the cached mapping is ours, accessible now, and
@@ -269,13 +297,13 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
                 None => return ptr::null_mut(),
             }
         }
-        Ok(Some(Hit::Grow(base, l))) => {
+        Ok(Some(Hit::Grow(base, l, protected))) => {
             // A failed grow falls back to a fresh mapping: errno stays as
             // the caller had it unless that fails too (`map_fresh` sets it).
             // The piece is made accessible first: growing it may copy it.
             let grown = {
                 let _keep = os::ErrnoGuard::save();
-                if !protecting() || os::protect(base as *mut u8, l, true) {
+                if !protected || os::protect(base as *mut u8, l, true) {
                     grow_cached(base, l, len, zero)
                 } else {
                     unmap(base, l);
@@ -332,16 +360,17 @@ pub fn free(p: *mut u8) -> Freed {
         };
         t.freed[t.freed_next] = p;
         t.freed_next = (t.freed_next + 1) % FREED_RING;
-        Ok(t.remove(i))
+        let e = t.remove(i);
+        Ok((e, t.protect_on_free(e.len)))
     });
-    let e = match e {
+    let (e, protect) = match e {
         Ok(e) => e,
         Err(r) => return r,
     };
     let now = crate::purge::now_ns();
     let mut evicted = Evicted::new();
-    if !protecting() || os::protect(e.base as *mut u8, e.len, false) {
-        LARGE.with(|t| t.cache_freed(e.base, e.len, now, &mut evicted));
+    if !protect || os::protect(e.base as *mut u8, e.len, false) {
+        LARGE.with(|t| t.cache_freed(e.base, e.len, protect, now, &mut evicted));
     } else {
         // The kernel would need a mapping more than it allows: unmapped, it
         // faults too.
@@ -368,7 +397,7 @@ fn uncache_failed(base: usize) {
             &crate::counters::global().large_cache_hits,
             1u64.wrapping_neg(),
         );
-        t.cache_freed(e.base, e.len, now, &mut evicted);
+        t.cache_freed(e.base, e.len, true, now, &mut evicted);
     });
     evicted.unmap_all(false);
 }

@@ -7,9 +7,12 @@
 //! The cache is part of the large blocks' table (`large::Table`), under its
 //! lock; these are its methods.
 //!
-//! A cached mapping is inaccessible (`os::protect`, PROT_NONE) until it is
-//! handed out again (unless `SLUBMALLOC_PROTECT_FREED_LARGE=0`), so a read or write of a freed block faults, as under
-//! glibc, which unmaps such blocks. Its pages stay resident: handing it out
+//! A freed block bigger than any freed before it (glibc's dynamic mmap
+//! threshold, `large::PROTECT_ABOVE_START`) is cached inaccessible
+//! (`os::protect`, PROT_NONE) until it is handed out again (unless
+//! `SLUBMALLOC_PROTECT_FREED_LARGE=0`), so a read or write of it faults, as
+//! under glibc, which unmaps such blocks; a piece records whether any part
+//! of it is (`Cached::protected`). Its pages stay resident: handing it out
 //! again changes its page table entries (one mprotect), it faults nothing
 //! in. Each cached piece is at most two more kernel mappings than without
 //! the protection (the boundaries where its protection differs from its
@@ -55,12 +58,15 @@ pub struct Cached {
     pub base: usize,
     pub len: usize,
     pub freed_at_ns: u64,
+    /// Some of it is inaccessible: handing it out takes an mprotect.
+    pub protected: bool,
 }
 
 pub const NO_CACHED: Cached = Cached {
     base: 0,
     len: 0,
     freed_at_ns: 0,
+    protected: false,
 };
 
 impl Table {
@@ -93,11 +99,11 @@ impl Table {
                     self.cache[i].base += len;
                     self.cache[i].len -= len;
                     self.cached_bytes -= len;
-                    Hit::Fits(c.base, len)
+                    Hit::Fits(c.base, len, c.protected)
                 } else {
                     self.cache[i] = NO_CACHED;
                     self.cached_bytes -= c.len;
-                    Hit::Fits(c.base, c.len)
+                    Hit::Fits(c.base, c.len, c.protected)
                 }
             }
             None => {
@@ -110,7 +116,7 @@ impl Table {
                 let c = *c;
                 self.cache[i] = NO_CACHED;
                 self.cached_bytes -= c.len;
-                Hit::Grow(c.base, c.len)
+                Hit::Grow(c.base, c.len, c.protected)
             }
         };
         self.publish_cache();
@@ -122,19 +128,28 @@ impl Table {
         (self.recent_peak / 2).clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
     }
 
-    /// Caches the freed mapping `base..base + len`, merged with cached
-    /// neighbours; the oldest entries make room. What must be unmapped
+    /// Caches the freed mapping `base..base + len` (`protected`: made
+    /// inaccessible), merged with cached neighbours; the oldest entries make
+    /// room. What must be unmapped
     /// (evicted entries, or the mapping itself if it cannot be kept) goes
     /// to `out`, to be unmapped after the lock is released. One pass over
     /// the slots finds the neighbours, a free slot and the oldest entry;
     /// another only for each further entry evicted.
-    pub fn cache_freed(&mut self, mut base: usize, mut len: usize, now: u64, out: &mut Evicted) {
+    pub fn cache_freed(
+        &mut self,
+        mut base: usize,
+        mut len: usize,
+        mut protected: bool,
+        now: u64,
+        out: &mut Evicted,
+    ) {
         let (mut free_slot, mut oldest) = (None, None);
         let mut oldest_at = u64::MAX;
         for (i, c) in self.cache.iter_mut().enumerate() {
             if c.base != 0 && (c.base + c.len == base || base + len == c.base) {
                 base = base.min(c.base);
                 len += c.len;
+                protected |= c.protected;
                 self.cached_bytes -= c.len;
                 *c = NO_CACHED;
             }
@@ -156,6 +171,7 @@ impl Table {
                     base,
                     len,
                     freed_at_ns: now,
+                    protected,
                 };
                 self.cached_bytes += len;
                 break;
@@ -202,10 +218,12 @@ impl Table {
 
 /// What `take_cached` found.
 pub enum Hit {
-    /// A mapping that holds the request (at `base`, `len` bytes).
-    Fits(usize, usize),
-    /// A smaller mapping (at `base`, `len` bytes) to grow with mremap.
-    Grow(usize, usize),
+    /// A mapping that holds the request (at `base`, `len` bytes; whether
+    /// some of it is inaccessible).
+    Fits(usize, usize, bool),
+    /// A smaller mapping (at `base`, `len` bytes; as above) to grow with
+    /// mremap.
+    Grow(usize, usize, bool),
 }
 
 /// Mappings to unmap once the lock is released: (base, len) pairs, the

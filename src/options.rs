@@ -126,10 +126,11 @@ options! {
         "SLUBMALLOC_DEBUG", "0",
         "`1`: red zones checked on free, poisoned free blocks checked on reuse",
         parse_flag;
-    /// Freed large blocks inaccessible while cached (`large`).
+    /// Freed large blocks bigger than any freed before inaccessible while
+    /// cached (`large`).
     protect_freed_large: bool = true,
         "SLUBMALLOC_PROTECT_FREED_LARGE", "1",
-        "`0`: cached freed large blocks stay accessible (a use after free goes unnoticed; big-block loops cost less)",
+        "`0`: no freed large block is made inaccessible (a use after free of one bigger than any freed before goes unnoticed)",
         parse_flag;
     /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
     freelist_random: bool = false,

@@ -1,6 +1,6 @@
 /* A freed big block faults when touched, as under glibc (which unmaps it):
  *
- *   large_after_free read|write KIB [split|fork]
+ *   large_after_free read|write KIB [split|fork|then KIB2]
  *
  * allocates KIB KiB, fills it, frees it, prints "freed" and then reads or
  * writes its middle; it prints "survived" and exits 0 if that did not fault.
@@ -8,7 +8,10 @@
  * freed (under slubmalloc the head of that cached mapping, written to check
  * that a piece handed out is accessible again). fork: a child forked after
  * the free touches the block; the parent prints "child signal N" (0 if the
- * child survived) and exits 0.
+ * child survived) and exits 0. then KIB2: the block freed and touched is one
+ * of KIB2 KiB allocated after the KIB one was freed (glibc's threshold, and
+ * slubmalloc's, rose on that first free: a block no bigger is reused
+ * accessible, a bigger one still faults).
  *
  *   large_after_free limit
  *
@@ -81,7 +84,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "limit") == 0)
         return at_the_mapping_limit();
     if (argc < 3) {
-        fprintf(stderr, "usage: %s read|write KIB [split|fork]\n", argv[0]);
+        fprintf(stderr, "usage: %s read|write KIB [split|fork|then KIB2]\n", argv[0]);
         return 2;
     }
     int write = strcmp(argv[1], "write") == 0;
@@ -91,9 +94,9 @@ int main(int argc, char **argv) {
     if (!p)
         return 3;
     memset(p, 1, bytes);
-    if (strcmp(how, "split") == 0) {
+    if (strcmp(how, "split") == 0 || strcmp(how, "then") == 0) {
         free(p);
-        bytes = 1 << 20;
+        bytes = strcmp(how, "split") == 0 ? 1 << 20 : strtoul(argc > 4 ? argv[4] : "0", NULL, 10) * 1024;
         p = malloc(bytes);
         if (!p)
             return 3;
