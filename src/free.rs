@@ -2,7 +2,7 @@
 //! slab another heap owns goes onto that slab's remote list; a FULL slab is
 //! claimed by the freer and given back to the heap that filled it, or
 //! adopted; a LISTED slab takes the free under its node lock (and is adopted
-//! at the second free in a row); a block that looks free already is looked
+//! at the eighth free in a row); a block that looks free already is looked
 //! for on the slab's lists (a double free stops the process). The slabs
 //! these frees hand on go through `release`.
 
@@ -121,10 +121,16 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
         }
         if heap.is_warm(class) {
             let c = &heap.classes[class];
-            if ptr::eq(
-                c.last_listed_free.replace(slab as *const Slab as *mut Slab),
-                slab,
-            ) {
+            let last = c.last_listed_free.get();
+            let this = slab as *const Slab as usize;
+            let run = if last & !RUN_MASK == this {
+                (last & RUN_MASK) + 1
+            } else {
+                1
+            };
+            c.last_listed_free.set(this | run.min(RUN_MASK));
+            if run >= ADOPT_AFTER_FREES {
+                c.last_listed_free.set(0);
                 adopt_listed(heap, class, slab);
                 drop(g);
                 return free_owned_slow(heap, slab, p, looks_free);
@@ -137,13 +143,24 @@ fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
     }
 }
 
-/// A second free in a row into the same node-listed slab: the thread takes
-/// the slab (LISTED -> OWNED, onto its partial list), so that its next
-/// frees into it are local ones, not one node lock each. A program that
-/// frees its blocks in the order it allocated them frees a slab's blocks
-/// one after another: big_heap's free phase took the node lock for each of
-/// 19 million frees at 4 GiB. Frees scattered over many listed slabs keep
-/// the lock per free and leave the slabs listed. Node lock held.
+/// Frees in a row by one thread into one node-listed slab after which the
+/// thread takes the slab. A program that frees its blocks in the order it
+/// allocated them frees a slab's blocks one after another: big_heap's free
+/// phase took the node lock for each of 19 million frees at 4 GiB, and two
+/// in a row sufficed for it. But threads that free blocks at random meet
+/// two in a row into one slab by chance and took slabs they did not need:
+/// 32 threads swapping blocks through a shared table (`shared_table`)
+/// peaked at 51.6 MiB with 2, 32.5 without adoption.
+const ADOPT_AFTER_FREES: usize = 8;
+/// The low bits of `ClassHeap::last_listed_free` that count the run.
+const RUN_MASK: usize = 127;
+const _: () = assert!(core::mem::size_of::<Slab>() > RUN_MASK && ADOPT_AFTER_FREES <= RUN_MASK);
+
+/// `ADOPT_AFTER_FREES` frees in a row into the same node-listed slab: the
+/// thread takes the slab (LISTED -> OWNED, onto its partial list), so that
+/// its next frees into it are local ones, not one node lock each. Frees
+/// scattered over many listed slabs keep the lock per free and leave the
+/// slabs listed. Node lock held.
 fn adopt_listed(heap: &Heap, class: usize, slab: &Slab) {
     NODES[class].lock.assert_held();
     let c = &heap.classes[class];

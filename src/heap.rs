@@ -52,8 +52,10 @@ pub struct ClassHeap {
     /// it whole). `CLOSED` once the thread has exited.
     pub returned: AtomicPtr<Slab>,
     /// The node-listed slab this thread freed into last (compared, never
-    /// followed): a second free in a row into it adopts it (`release`).
-    pub last_listed_free: Cell<*mut Slab>,
+    /// followed), with the number of frees in a row into it in the low bits
+    /// (descriptors are 128 bytes apart): the `ADOPT_AFTER_FREES`th adopts
+    /// it (`free::free_unowned`).
+    pub last_listed_free: Cell<usize>,
     pub ev: Counters,
 }
 
@@ -166,7 +168,7 @@ impl ClassHeap {
             partial_count: Cell::new(0),
             stash: Cell::new(ptr::null_mut()),
             returned: AtomicPtr::new(ptr::null_mut()),
-            last_listed_free: Cell::new(ptr::null_mut()),
+            last_listed_free: Cell::new(0),
             ev: Counters::new(),
         }
     }
