@@ -144,16 +144,18 @@ struct Segments {
 unsafe impl Send for Segments {}
 
 /// No segment yet.
-const NO_SEGMENTS: Segments = Segments {
-    all: List::new(),
-    count: 0,
-    with_free: List::new(),
-    dirty: ptr::null_mut(),
-    empty_kept: 0,
-    dirty_slabs: 0,
-};
+const fn no_segments() -> Segments {
+    Segments {
+        all: List::new(),
+        count: 0,
+        with_free: List::new(),
+        dirty: ptr::null_mut(),
+        empty_kept: 0,
+        dirty_slabs: 0,
+    }
+}
 
-static SEGMENTS: Locked<Segments> = Locked::new(NO_SEGMENTS);
+static SEGMENTS: Locked<Segments> = Locked::new(no_segments());
 
 /// The bytes of `Segments::dirty_slabs`, for the trim bound's test, which
 /// reads it without the lock; stored by the holders of the lock
@@ -565,7 +567,7 @@ mod tests {
     /// second empty segment is unmapped.
     #[test]
     fn a_purge_gives_back_only_the_slabs_free_for_a_whole_delay() {
-        let mut s = NO_SEGMENTS;
+        let mut s = no_segments();
         let (a, b) = (take_slab_locked(&mut s).0, take_slab_locked(&mut s).0);
         assert!(!a.is_null() && !b.is_null());
         // SAFETY: the slabs' memory is ours, mapped and unused.
