@@ -8,7 +8,7 @@ use crate::counters::Ev;
 use crate::debug;
 use crate::free::{free_slow, free_suspicious};
 use crate::freelist::{
-    corrupted_link, get_next_with, link_is_sane, may_be_free, prefetch, set_next_with, CHECKS,
+    corrupted_link, get_next_with, link_is_sane, may_be_free, prefetch, set_next_with, HARDENING,
 };
 use crate::heap::ClassHeap;
 use crate::refill::alloc_slow;
@@ -37,7 +37,7 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     // SAFETY: `heap` is this thread's heap or a static one; `scaled` is a
     // class's offset, below `NUM_CLASSES * CLASS_SCALE`.
     let c = unsafe { (*heap).class_at(scaled) };
-    let obj = c.free.get();
+    let obj = c.detached.get();
     if obj.is_null() {
         return alloc_slow(size, align, scaled / core::mem::size_of::<ClassHeap>());
     }
@@ -50,25 +50,25 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     // ---
     // The pop of `freelist::pop`, tuned here: the heap's copy of the secret,
     // the link made opaque and its check as two branches (see `opaque`),
-    // and `CHECKS` to measure without them.
+    // and `HARDENING` to measure without them.
     // SAFETY: `obj` is a free object of our active slab; a heap with a list
     // is a thread's own, whose `secret` is set.
     let next = opaque(unsafe { get_next_with((*heap).secret.get(), obj) } as usize) as *mut u8;
     // `link_is_sane`, as two branches: the usual case (a link within the
     // slab) costs a compare and a jump, the end of the list one more.
-    if CHECKS && (obj as usize ^ next as usize) >= SLAB_BYTES {
+    if HARDENING && (obj as usize ^ next as usize) >= SLAB_BYTES {
         unlikely();
         if !next.is_null() {
             corrupted_link(obj);
         }
     }
-    c.free.set(next);
+    c.detached.set(next);
     // The class's next allocation reads `next`'s link: its line starts
     // coming now. Blocks that come back through a remote list, or were
     // freed long ago, are cold: `perf` put most of malloc's samples in
     // stress on that read. One instruction; msgpass 0.92x the time.
     prefetch(next);
-    if CHECKS {
+    if HARDENING {
         // Clear the link: a stale one would look like a free block to `free`.
         // SAFETY: `obj` is ours and at least 8 bytes.
         unsafe { *(obj as *mut usize) = 0 };
@@ -113,7 +113,7 @@ pub unsafe fn free(p: *mut u8) {
     }
     // A slot never carved (never handed out) fails here too: no extra load.
     // SAFETY: `heap` owns `slab` (just compared), and `heap` is ours.
-    if CHECKS && !unsafe { slab.is_object_start_owned(p) } {
+    if HARDENING && !unsafe { slab.is_object_start_owned(p) } {
         return stop_invalid_free(p);
     }
     // SAFETY: `heap` owns a slab, so it is a thread's own heap, whose
@@ -121,7 +121,7 @@ pub unsafe fn free(p: *mut u8) {
     let secret = unsafe { (*heap).secret.get() };
     invariant!(secret == crate::freelist::secret());
     // SAFETY: `p` is an object slot of a slab we own.
-    if CHECKS
+    if HARDENING
         && unsafe { may_be_free(secret, p) }
         && link_is_sane(p, unsafe { get_next_with(secret, p) })
     {
@@ -132,8 +132,8 @@ pub unsafe fn free(p: *mut u8) {
     c.ev.inc(Ev::FreeFast);
     if ptr::eq(c.active.get(), slab) {
         // SAFETY: `p` is a live object of our active slab; it becomes free.
-        unsafe { set_next_with(secret, p, c.free.get()) };
-        c.free.set(p);
+        unsafe { set_next_with(secret, p, c.detached.get()) };
+        c.detached.set(p);
         return;
     }
     // SAFETY: as above, for a slab we own.

@@ -10,7 +10,7 @@ use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
-use crate::freelist::{self, set_next, CHECKS};
+use crate::freelist::{self, set_next, HARDENING};
 use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
 use crate::init::with_slow_heap;
 use crate::node::NODES;
@@ -37,7 +37,7 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
     // reading would take for a free block (a double free reported for a
     // correct program, as a slab went LISTED and was taken again meanwhile).
     // SAFETY: `p` lies in a mapped slab; its first word is readable.
-    let looks_free = CHECKS && unsafe { slab::looks_free(p) };
+    let looks_free = HARDENING && unsafe { slab::looks_free(p) };
     let heap = current();
     let debug = crate::options::ready().is_none_or(|o| o.debug);
     if heap != EMPTY && heap != DEAD && !debug {
@@ -245,11 +245,11 @@ pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
     let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
     let bound = slab.objects.get();
     // Acquire: the freers' links (a snapshot; pushes only prepend).
-    let remote = slab::remote_list(slab.remote.0.load(Ordering::Acquire));
+    let remote = slab::remote_list(slab.word.0.load(Ordering::Acquire));
     let active = core::ptr::eq(c.active.get(), slab);
     if freelist::list_contains(slab.local_free.get(), p, bound)
         || freelist::list_contains(remote, p, bound)
-        || (active && freelist::list_contains(c.free.get(), p, bound))
+        || (active && freelist::list_contains(c.detached.get(), p, bound))
         || (active && freelist::list_contains(c.stash.get(), p, bound))
     {
         double_free(p);

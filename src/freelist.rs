@@ -12,7 +12,7 @@ use crate::sync::{Cell, OwnLines};
 
 /// The hardening checks of the fast paths (link in slab, object start, double
 /// free). Only `--cfg slubmalloc_bench_no_checks` turns them off, to measure them.
-pub const CHECKS: bool = !cfg!(slubmalloc_bench_no_checks);
+pub const HARDENING: bool = !cfg!(slubmalloc_bench_no_checks);
 
 /// The free-list secret: random per process, written once by `init_secret`
 /// before the first list exists and only read afterwards. A plain cell, not

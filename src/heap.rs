@@ -37,14 +37,14 @@ pub const MAX_THREAD_PARTIAL: u32 = 32;
 #[repr(C, align(256))]
 pub struct ClassHeap {
     /// Free objects of `active`, detached from it: the allocation fast path.
-    pub free: Cell<*mut u8>,
+    pub detached: Cell<*mut u8>,
     pub active: Cell<*mut Slab>,
     /// Thread partial list (a slab that empties leaves from the middle):
     /// refills take the head; slabs that just got their first free join at
     /// the tail, so they gather more frees before their turn.
     pub partial: List<Slab>,
     pub partial_count: Cell<u32>,
-    /// In debug mode the detached list waits here, so that `free` stays
+    /// In debug mode the detached list waits here, so that `detached` stays
     /// empty and every allocation takes the slow path.
     pub stash: Cell<*mut u8>,
     /// Our full slabs handed back by their first free from another thread,
@@ -162,7 +162,7 @@ impl ClassHeap {
 
     const fn new() -> Self {
         ClassHeap {
-            free: Cell::new(ptr::null_mut()),
+            detached: Cell::new(ptr::null_mut()),
             active: Cell::new(ptr::null_mut()),
             partial: List::new(),
             partial_count: Cell::new(0),
@@ -202,7 +202,7 @@ impl Heap {
     pub fn reset(&self) {
         for (class, c) in self.classes.iter().enumerate() {
             if self.is_warm(class) {
-                c.free.set(ptr::null_mut());
+                c.detached.set(ptr::null_mut());
                 c.active.set(ptr::null_mut());
                 c.partial.clear();
                 c.partial_count.set(0);
@@ -431,7 +431,7 @@ pub fn walk_heaps(detached: &mut [u64; NUM_CLASSES], thread_partial: &mut [u64; 
         let mut visit = |h: &Heap| {
             for (class, c) in h.classes.iter().enumerate() {
                 let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
-                detached[class] += freelist::list_len(c.free.get(), bound) as u64;
+                detached[class] += freelist::list_len(c.detached.get(), bound) as u64;
                 detached[class] += freelist::list_len(c.stash.get(), bound) as u64;
                 thread_partial[class] += c.partial.iter().count() as u64;
             }

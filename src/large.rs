@@ -9,20 +9,21 @@
 use core::ptr;
 
 use crate::large_cache::{Cached, Evicted, Hit, CACHE_SLOTS, NO_CACHED};
-use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap};
+use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap_block};
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
 
 /// Recently freed addresses, to name a second free "double free".
 const FREED_RING: usize = 64;
 
-const EMPTY: usize = 0;
+/// An address-table slot that never held a block since the table was built.
+const VACANT: usize = 0;
 const TOMBSTONE: usize = 1;
 
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct Entry {
-    /// The block's address (EMPTY / TOMBSTONE for unused slots).
+    /// The block's address (VACANT / TOMBSTONE for unused slots).
     ptr: usize,
     /// The mapping that holds it.
     base: usize,
@@ -117,7 +118,7 @@ fn hash(p: usize, cap: usize) -> usize {
 }
 
 /// Writes `e` into the first unused slot of its probe sequence in `slots`
-/// (`cap` entries, not full); returns whether that slot was EMPTY (rather
+/// (`cap` entries, not full); returns whether that slot was VACANT (rather
 /// than a tombstone). The entry's address goes last, so a forked child
 /// never finds a named block with another block's mapping.
 fn place(slots: *mut Entry, cap: usize, e: Entry) -> bool {
@@ -128,12 +129,12 @@ fn place(slots: *mut Entry, cap: usize, e: Entry) -> bool {
     }
     // SAFETY: as above.
     let slot = unsafe { &mut *slots.add(i) };
-    let was_empty = slot.ptr == EMPTY;
+    let was_vacant = slot.ptr == VACANT;
     slot.base = e.base;
     slot.len = e.len;
     store_order_fence();
     slot.ptr = e.ptr;
-    was_empty
+    was_vacant
 }
 
 impl Table {
@@ -154,7 +155,7 @@ impl Table {
         let mut i = hash(p, self.cap);
         loop {
             match self.slot(i).ptr {
-                EMPTY => return None,
+                VACANT => return None,
                 q if q == p => return Some(i),
                 _ => i = (i + 1) & (self.cap - 1),
             }
@@ -306,7 +307,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
                 if !protected || os::protect(base as *mut u8, l, true) {
                     grow_cached(base, l, len, zero)
                 } else {
-                    unmap(base, l);
+                    unmap_block(base, l);
                     None
                 }
             };
@@ -330,7 +331,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
         }
         ok
     }) {
-        unmap(base, map_len);
+        unmap_block(base, map_len);
         os::set_enomem();
         return ptr::null_mut();
     }
@@ -516,7 +517,7 @@ pub fn repair_in_child() {
         (t.slots, t.cap) = t.switching;
         t.switching = (ptr::null_mut(), 0);
     }
-    t.used = (0..t.cap).filter(|&i| t.slot(i).ptr != EMPTY).count();
+    t.used = (0..t.cap).filter(|&i| t.slot(i).ptr != VACANT).count();
     t.cache = [NO_CACHED; CACHE_SLOTS];
     t.cached_bytes = 0;
     t.live_bytes = (0..t.cap)

@@ -21,7 +21,7 @@
 use core::mem::MaybeUninit;
 
 use crate::large::{raise, Table};
-use crate::large_map::unmap;
+use crate::large_map::unmap_block;
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::Ordering;
 
@@ -253,7 +253,7 @@ impl Evicted {
         for m in &self.list[..self.n] {
             // SAFETY: the first `n` entries were written by `push`.
             let (base, len) = unsafe { m.assume_init() };
-            unmap(base, len);
+            unmap_block(base, len);
             if purged {
                 // Relaxed: a statistics counter.
                 os::PURGED_BYTES.fetch_add(len as u64, Ordering::Relaxed);

@@ -27,7 +27,7 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
 /// pages.
 pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize> {
     let Some(q) = resize_mapping(base, old, len) else {
-        unmap(base, old);
+        unmap_block(base, old);
         return None;
     };
     let g = crate::counters::global();
@@ -92,7 +92,7 @@ fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
 }
 
 /// Unmaps a large block's mapping, counted.
-pub fn unmap(base: usize, len: usize) {
+pub fn unmap_block(base: usize, len: usize) {
     os::unmap(base as *mut u8, len);
     let g = crate::counters::global();
     g.large_mapped.fetch_sub(len as u64, Ordering::Relaxed);

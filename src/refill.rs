@@ -59,9 +59,9 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     let c = &heap.classes[class];
     let debug = debug::enabled();
     if debug {
-        c.free.set(c.stash.replace(ptr::null_mut()));
+        c.detached.set(c.stash.replace(ptr::null_mut()));
     }
-    if c.free.get().is_null() {
+    if c.detached.get().is_null() {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
         segment::purge_if_due_after(crate::node::release_empty_slabs);
@@ -75,22 +75,22 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         if debug {
             // Debug mode follows the whole new list now: a corrupted link
             // stops the process here rather than when it is reached.
-            freelist::list_len(c.free.get(), crate::size_class::objects_per_slab(class));
+            freelist::list_len(c.detached.get(), crate::size_class::objects_per_slab(class));
         }
     }
     // SAFETY: `refill` left a non-empty list of our active slab.
-    let obj = unsafe { freelist::pop(&c.free) };
-    freelist::prefetch(c.free.get());
+    let obj = unsafe { freelist::pop(&c.detached) };
+    freelist::prefetch(c.detached.get());
     // SAFETY: `obj` is ours now.
     unsafe { freelist::clear_link(obj) };
     c.ev.inc(Ev::AllocSlow);
     if debug {
-        c.stash.set(c.free.replace(ptr::null_mut()));
+        c.stash.set(c.detached.replace(ptr::null_mut()));
     }
     obj
 }
 
-/// Fills `c.free`, from (in order) the active slab's own lists, the thread
+/// Fills `c.detached`, from (in order) the active slab's own lists, the thread
 /// partial list, the node partial list, a new slab. False when out of memory.
 ///
 /// An active slab that runs out trades places with the oldest partial slab:
@@ -113,14 +113,14 @@ fn refill(heap: &Heap, class: usize) -> bool {
             let a = unsafe { &*a };
             let local = a.local_free.replace(ptr::null_mut());
             if !local.is_null() {
-                c.free.set(local);
+                c.detached.set(local);
                 a.set_inuse_active();
                 c.ev.inc(Ev::RefillOwn);
                 return true;
             }
             let remote = a.take_remote();
             if !remote.is_null() {
-                c.free.set(remote);
+                c.detached.set(remote);
                 a.set_inuse_active();
                 c.ev.inc(Ev::RefillOwn);
                 return true;
@@ -149,7 +149,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 if debug::enabled() {
                     debug::poison_list(list, a.size.get() as usize);
                 }
-                c.free.set(list);
+                c.detached.set(list);
                 a.set_inuse_active();
                 return true;
             }

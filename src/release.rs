@@ -164,7 +164,7 @@ pub fn retire_idle_active(heap: &Heap, class: usize) {
         c.active.set(ptr::null_mut());
         let (detached, _) = freelist::list_join(
             c.stash.replace(ptr::null_mut()),
-            c.free.replace(ptr::null_mut()),
+            c.detached.replace(ptr::null_mut()),
             u32::MAX,
         );
         // SAFETY: as above.
@@ -181,7 +181,7 @@ pub fn retire_idle_active(heap: &Heap, class: usize) {
 /// slab with remote frees not taken yet reads as in use).
 fn active_is_empty(c: &crate::heap::ClassHeap, a: &Slab) -> bool {
     let bound = a.objects.get();
-    freelist::list_len(c.free.get(), bound) + freelist::list_len(c.stash.get(), bound)
+    freelist::list_len(c.detached.get(), bound) + freelist::list_len(c.stash.get(), bound)
         == a.inuse.get()
 }
 
@@ -212,7 +212,7 @@ pub fn flush(heap: &Heap, closing: bool) {
             // SAFETY: our active slab is live and ours.
             let (detached, _) = freelist::list_join(
                 c.stash.replace(ptr::null_mut()),
-                c.free.replace(ptr::null_mut()),
+                c.detached.replace(ptr::null_mut()),
                 u32::MAX,
             );
             release(heap, class, unsafe { &*a }, detached);

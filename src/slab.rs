@@ -4,11 +4,11 @@
 //! its lists afterwards; the rest of the allocator moves slabs only through
 //! these methods.
 //!
-//! The state is one record, the low two bits of the `remote` word, because
+//! The state is one record, the low two bits of the state word (`word`), because
 //! that word is what other threads act on (an `owner` id says who owns an
 //! OWNED slab, `on_partial` is the owner's private note of which list):
 //!
-//! - OWNED (`REMOTE_OWNED`, the rest of the word a remote free list): a heap
+//! - OWNED (`OWNED_TAG`, the rest of the word a remote free list): a heap
 //!   owns it (`owner`), or a freer that just claimed it from FULL (`owner`
 //!   0) until it hands it on. Only the owner touches `local_free`, `inuse`,
 //!   the links, and writes `carved`; any other thread frees by pushing onto
@@ -19,9 +19,9 @@
 //!   `returned` stack) or, if that heap is closed, adopts it (`adopt`), or
 //!   lists it on the node if the freer's class is cold or the free emptied
 //!   it (`begin_listing`).
-//! - LISTED (`REMOTE_LISTED`): on its node's partial list; every field is
+//! - LISTED (`LISTED_WORD`): on its node's partial list; every field is
 //!   the node lock's. A freer that sees LISTED takes the lock and looks again.
-//! - FREE (`REMOTE_FREE`): back in its segment; any free into it is invalid.
+//! - FREE (`FREE_WORD`): back in its segment; any free into it is invalid.
 //!
 //! Transitions: FREE -> OWNED (`init`); FREE -> LISTED (`init_listed`, a
 //! slab shared by cold classes, node lock); OWNED -> FULL (`try_make_full`,
@@ -43,18 +43,18 @@ use crate::os;
 use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
 use crate::sync::{invariant, AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
 
-/// The low bits of the `remote` word that hold the state.
+/// The low bits of the state word that hold the state.
 const TAG_MASK: usize = 3;
 /// The word of a FULL slab (no tag, no list).
-pub const REMOTE_FULL: usize = 0;
+pub const FULL_WORD: usize = 0;
 /// Tag of an OWNED slab; the rest of the word is its remote free list.
-pub const REMOTE_OWNED: usize = 1;
+pub const OWNED_TAG: usize = 1;
 /// The word of a LISTED slab.
-pub const REMOTE_LISTED: usize = 2;
+pub const LISTED_WORD: usize = 2;
 /// The word of a FREE slab.
-pub const REMOTE_FREE: usize = 3;
+pub const FREE_WORD: usize = 3;
 
-/// A slab's state, as its `remote` word records it.
+/// A slab's state, as its state word records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     Full,
@@ -67,15 +67,15 @@ impl State {
     #[inline(always)]
     pub fn of(word: usize) -> State {
         match word & TAG_MASK {
-            REMOTE_OWNED => State::Owned,
-            REMOTE_LISTED => State::Listed,
-            REMOTE_FREE => State::Free,
+            OWNED_TAG => State::Owned,
+            LISTED_WORD => State::Listed,
+            FREE_WORD => State::Free,
             _ => State::Full,
         }
     }
 }
 
-/// The remote free list held in a `remote` word.
+/// The remote free list held in a state word.
 #[inline(always)]
 pub fn remote_list(word: usize) -> *mut u8 {
     (word & !TAG_MASK) as *mut u8
@@ -151,20 +151,21 @@ pub struct Slab {
     /// free fast path finds its class heap with one load, no shift.
     pub heap_offset: Cell<u16>,
     /// The state (low bits) and the remote free list (encoded links).
-    pub remote: Remote,
+    pub word: StateWord,
     /// While FULL: the id of the heap that filled it (0 if none), to which
     /// the first free hands the slab back. Written before the Release that
     /// made the slab FULL, read by the freer after its Acquire CAS.
     pub last_owner: Cell<usize>,
 }
 
-/// The `remote` word. It opens the descriptor's second cache line (checked
+/// The state word: the state in its low bits, the remote free list in the
+/// rest. It opens the descriptor's second cache line (checked
 /// below), away from the fields the owner writes on its fast paths.
 #[repr(C)]
-pub struct Remote(pub AtomicUsize);
+pub struct StateWord(pub AtomicUsize);
 
 #[cfg(not(loom))]
-const _: () = assert!(core::mem::offset_of!(Slab, remote) == 64);
+const _: () = assert!(core::mem::offset_of!(Slab, word) == 64);
 // Descriptors are packed 128 bytes apart: the headers of 4 MiB-aligned
 // segments share cache sets, and twice that stride doubled their conflicts.
 #[cfg(not(loom))]
@@ -205,7 +206,7 @@ impl Slab {
             class: Cell::new(0),
             on_partial: Cell::new(false),
             heap_offset: Cell::new(0),
-            remote: Remote(AtomicUsize::new(REMOTE_FREE)),
+            word: StateWord(AtomicUsize::new(FREE_WORD)),
             last_owner: Cell::new(0),
         }
     }
@@ -222,7 +223,7 @@ impl Slab {
     /// what orders the state they test (the owner, or the node lock).
     #[inline]
     pub fn state(&self) -> State {
-        State::of(self.remote.0.load(Ordering::Relaxed))
+        State::of(self.word.0.load(Ordering::Relaxed))
     }
 
     // -----------------------------------------------------------------
@@ -235,7 +236,7 @@ impl Slab {
         // Relaxed: the slab came from the segment lock, nobody else knows it
         // yet. First, so that a forked child never lists a half-made slab
         // (`node::rebuild_in_child`).
-        self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
+        self.word.0.store(OWNED_TAG, Ordering::Relaxed);
         crate::sync::store_order_fence();
         self.prepare(class);
         self.owner.store(owner, Ordering::Relaxed);
@@ -254,7 +255,7 @@ impl Slab {
         crate::sync::store_order_fence();
         // Relaxed: the node lock we hold orders this for every thread that
         // will take or free objects of the slab (it is not linked yet).
-        self.remote.0.store(REMOTE_LISTED, Ordering::Relaxed);
+        self.word.0.store(LISTED_WORD, Ordering::Relaxed);
         self.check();
     }
 
@@ -354,12 +355,12 @@ impl Slab {
     #[inline]
     pub fn take_remote(&self) -> *mut u8 {
         invariant!(self.state() == State::Owned);
-        if self.remote.0.load(Ordering::Relaxed) == REMOTE_OWNED {
+        if self.word.0.load(Ordering::Relaxed) == OWNED_TAG {
             return ptr::null_mut();
         }
         // Acquire: pairs with the Release CAS of each remote free, so the
         // links written by the freers are visible.
-        remote_list(self.remote.0.swap(REMOTE_OWNED, Ordering::Acquire))
+        remote_list(self.word.0.swap(OWNED_TAG, Ordering::Acquire))
     }
 
     /// OWNED -> FULL, by its owner `owner`, when the slab has no free object
@@ -376,14 +377,9 @@ impl Slab {
         // Release: publishes the fields above to the freer whose Acquire CAS
         // in `try_claim_full` claims the slab.
         if self
-            .remote
+            .word
             .0
-            .compare_exchange(
-                REMOTE_OWNED,
-                REMOTE_FULL,
-                Ordering::Release,
-                Ordering::Relaxed,
-            )
+            .compare_exchange(OWNED_TAG, FULL_WORD, Ordering::Release, Ordering::Relaxed)
             .is_ok()
         {
             return true;
@@ -411,8 +407,8 @@ impl Slab {
         // `p` was allocated; the links of earlier freers reach the owner
         // through its Acquire swap, the freers' CASes being one release
         // sequence). The model passes with both Relaxed.
-        let mut r = self.remote.0.load(Ordering::Acquire);
-        while r & TAG_MASK == REMOTE_OWNED {
+        let mut r = self.word.0.load(Ordering::Acquire);
+        while r & TAG_MASK == OWNED_TAG {
             // Acquire: pairs with `give_back`'s Release of the owner.
             if self.owner.load(Ordering::Acquire) == me {
                 return Push::Mine;
@@ -427,9 +423,9 @@ impl Slab {
             unsafe { set_next(p, remote_list(r)) };
             // Release: publishes the link; pairs with the owner's Acquire
             // swap in `take_remote` or `begin_listing`.
-            match self.remote.0.compare_exchange(
+            match self.word.0.compare_exchange(
                 r,
-                p as usize | REMOTE_OWNED,
+                p as usize | OWNED_TAG,
                 Ordering::Release,
                 Ordering::Acquire,
             ) {
@@ -450,14 +446,9 @@ impl Slab {
         // left to `push_remote`'s Acquire: the FULL it read may be an older
         // one (the slab claimed, handed on and made FULL again since).
         if self
-            .remote
+            .word
             .0
-            .compare_exchange(
-                REMOTE_FULL,
-                REMOTE_OWNED,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
+            .compare_exchange(FULL_WORD, OWNED_TAG, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
             return false;
@@ -523,7 +514,7 @@ impl Slab {
         self.on_partial.set(false);
         self.next.set(ptr::null_mut());
         // Acquire: sees the remote freers' links (their Release CAS).
-        remote_list(self.remote.0.swap(REMOTE_LISTED, Ordering::Acquire))
+        remote_list(self.word.0.swap(LISTED_WORD, Ordering::Acquire))
     }
 
     /// LISTED -> OWNED by heap `owner`, node lock held (a refill from the
@@ -532,9 +523,9 @@ impl Slab {
         invariant!(self.state() == State::Listed);
         self.check();
         self.owner.store(owner, Ordering::Relaxed);
-        // Relaxed: freers that saw LISTED read `remote` again under the node
+        // Relaxed: freers that saw LISTED read the state word again under the node
         // lock, which we hold; new freers push onto the remote list.
-        self.remote.0.store(REMOTE_OWNED, Ordering::Relaxed);
+        self.word.0.store(OWNED_TAG, Ordering::Relaxed);
     }
 
     /// LISTED -> FULL, node lock held, for a slab handed over with nothing
@@ -545,7 +536,7 @@ impl Slab {
         invariant!(self.inuse.get() == self.objects.get());
         self.last_owner.set(0);
         // Release: publishes the fields to the freer that claims the slab.
-        self.remote.0.store(REMOTE_FULL, Ordering::Release);
+        self.word.0.store(FULL_WORD, Ordering::Release);
     }
 
     /// LISTED -> FREE, node lock held, for an empty unlinked slab that goes
@@ -556,7 +547,7 @@ impl Slab {
         self.check();
         // Relaxed: freers of its objects (all invalid now) read it after
         // taking the node lock we hold, or see FREE and stop.
-        self.remote.0.store(REMOTE_FREE, Ordering::Relaxed);
+        self.word.0.store(FREE_WORD, Ordering::Relaxed);
     }
 
     /// Checks, in debug builds, that the slab's counts agree with its local

@@ -41,6 +41,14 @@ pub use loom::sync::atomic::{
     fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 
+/// The allocator checks itself at three levels, as mimalloc's `mi_assert`,
+/// `_internal` and `_expensive`: `freelist::HARDENING`, the misuse checks of
+/// release builds (a link outside its slab, a pointer that is no object's
+/// start, a double free); `invariant!`, below, a precondition or a count in
+/// debug builds; and the walks of debug builds (`Slab::check` recounts a
+/// slab's free list, `Lock::assert_held`, `List`'s membership test), with
+/// `SLUBMALLOC_DEBUG=1`'s red zones and poison for release builds.
+///
 /// `debug_assert!` for the allocator's own invariants (a transition's
 /// precondition, a count that must agree): in debug builds a broken one
 /// stops the process through `os::fatal`, one line naming the file, line

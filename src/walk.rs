@@ -62,7 +62,7 @@ pub fn walk() -> Walk {
     segment::for_each_slab(|s| {
         let class = s.class.get() as usize;
         let bound = s.objects.get();
-        let remote = slab::remote_list(s.remote.0.load(Ordering::Acquire));
+        let remote = slab::remote_list(s.word.0.load(Ordering::Acquire));
         let free = freelist::list_len(s.local_free.get(), bound)
             + freelist::list_len(remote, bound)
             + s.uncarved();
