@@ -87,24 +87,14 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
 pub fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     NODES[class].lock.assert_held();
     let node = &NODES[class];
-    let bound = slab.objects.get();
-    let remote = slab.begin_listing();
-    // `inuse` counts what is not on `local_free` (see `Slab::inuse`), so of
-    // the lists only the detached and the remote one are walked.
-    let local = slab.carved() - slab.inuse.get();
-    let (list, detached_n) = freelist::list_join(detached, slab.local_free.get(), bound);
-    let (list, remote_n) = freelist::list_join(remote, list, bound);
-    let free = detached_n + local + remote_n + slab.uncarved();
-    slab.local_free.set(list);
-    slab.inuse.set(bound - free);
-    slab.check();
+    let (free, remote) = slab.list_with(detached);
     if free == 0 {
         slab.make_full_from_listed();
-    } else if free == bound && node.should_discard_empty(slab.objects.get(), false) {
+    } else if free == slab.objects.get() && node.should_discard_empty(slab.objects.get(), false) {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);
     } else {
-        node.add(slab, !remote.is_null());
+        node.add(slab, remote);
     }
 }
 

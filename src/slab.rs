@@ -517,6 +517,28 @@ impl Slab {
         remote_list(self.word.0.swap(LISTED_WORD, Ordering::Acquire))
     }
 
+    /// OWNED -> LISTED with its lists merged, node lock held: the owner
+    /// gives the slab up with `detached` (its heap's detached list if the
+    /// slab was the active one, else null); the remote list, `detached` and
+    /// `local_free` become one list, and `inuse` what is not on it. Returns
+    /// the slab's free objects (carved or not) and whether remote frees had
+    /// come in (their objects are cold: the caller lists the slab at the
+    /// tail).
+    pub fn list_with(&self, detached: *mut u8) -> (u32, bool) {
+        let bound = self.objects.get();
+        let remote = self.begin_listing();
+        // `inuse` counts what is not on `local_free` (see `inuse`), so of
+        // the lists only the detached and the remote one are walked.
+        let local = self.carved() - self.inuse.get();
+        let (list, detached_n) = crate::freelist::list_join(detached, self.local_free.get(), bound);
+        let (list, remote_n) = crate::freelist::list_join(remote, list, bound);
+        let free = detached_n + local + remote_n + self.uncarved();
+        self.local_free.set(list);
+        self.inuse.set(bound - free);
+        self.check();
+        (free, !remote.is_null())
+    }
+
     /// LISTED -> OWNED by heap `owner`, node lock held (a refill from the
     /// node list; the caller has unlinked the slab).
     pub fn take_listed(&self, owner: usize) {

@@ -503,15 +503,11 @@ fn a_remote_free_that_loses_its_push_to_a_listing_is_no_double_free() {
 }
 
 /// The owner gives the slab up to the node list, as `release::release`
-/// does: its remote list merged into the local one, then listed. Node lock
-/// held. Returns how many objects the remote list held.
-fn list_on_node(node: &Node, slab: &Slab) -> u32 {
-    let remote = slab.begin_listing();
-    let (list, remote_n) = crate::freelist::list_join(remote, slab.local_free.get(), 4);
-    slab.local_free.set(list);
-    slab.inuse.set(slab.inuse.get() - remote_n);
-    node.add(slab, !remote.is_null());
-    remote_n
+/// does: its lists merged by the shipped `Slab::list_with`, then listed.
+/// Node lock held.
+fn list_on_node(node: &Node, slab: &Slab) {
+    let (_, remote) = slab.list_with(core::ptr::null_mut());
+    node.add(slab, remote);
 }
 
 #[test]
