@@ -164,8 +164,7 @@ const _: () = assert!(core::mem::size_of::<Slab>() > RUN_MASK && ADOPT_AFTER_FRE
 fn adopt_listed(heap: &Heap, class: usize, slab: &Slab) {
     NODES[class].lock.assert_held();
     let c = &heap.classes[class];
-    NODES[class].remove(slab);
-    slab.take_listed(owner_tag(heap));
+    NODES[class].take(slab, owner_tag(heap));
     while c.partial_count.get() >= MAX_THREAD_PARTIAL {
         // SAFETY: the partial list is not empty; its slabs are ours.
         release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());

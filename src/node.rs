@@ -195,6 +195,13 @@ impl Node {
         );
     }
 
+    /// LISTED -> OWNED by heap `owner`: takes `slab` off the list for a
+    /// heap (a refill, or a thread that frees into it in a row). Lock held.
+    pub fn take(&self, slab: &Slab, owner: usize) {
+        self.remove(slab);
+        slab.take_listed(owner);
+    }
+
     /// Frees `p` into `slab`, LISTED on this node, lock held; `looks_free`
     /// is `slab::looks_free(p)` read before any write into `p`. A slab that
     /// empties goes back to its segment unless the node keeps it

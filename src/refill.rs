@@ -215,8 +215,7 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
         }
         // SAFETY: listed slabs are live; the node lock is held.
         let slab = unsafe { &*s };
-        node.remove(slab);
-        slab.take_listed(owner_tag(heap));
+        node.take(slab, owner_tag(heap));
         gathered += slab.objects.get() - slab.inuse.get();
         if !got {
             c.active.set(s);

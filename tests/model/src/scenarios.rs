@@ -128,12 +128,11 @@ fn collect(mut list: *mut u8, into: &mut BTreeSet<usize>) {
 }
 
 /// A heap takes the slab, first on the node list, as
-/// `refill::take_from_node` does.
+/// `refill::take_from_node` does (`Node::take`, the shipped transition).
 fn take_from_node(node: &Node, slab: &Slab) {
     node.lock.lock();
     assert_eq!(node.first(), slab as *const Slab as *mut Slab);
-    node.remove(slab);
-    slab.take_listed(OWNER);
+    node.take(slab, OWNER);
     node.lock.unlock();
 }
 
