@@ -111,17 +111,9 @@ fn refill(heap: &Heap, class: usize) -> bool {
         if !a.is_null() {
             // SAFETY: our active slab is a live descriptor we own.
             let a = unsafe { &*a };
-            let local = a.local_free.replace(ptr::null_mut());
-            if !local.is_null() {
-                c.detached.set(local);
-                a.set_inuse_active();
-                c.ev.inc(Ev::RefillOwn);
-                return true;
-            }
-            let remote = a.take_remote();
-            if !remote.is_null() {
-                c.detached.set(remote);
-                a.set_inuse_active();
+            let list = a.detach_free();
+            if !list.is_null() {
+                c.detached.set(list);
                 c.ev.inc(Ev::RefillOwn);
                 return true;
             }

@@ -683,6 +683,21 @@ impl Slab {
         self.objects.get() - self.carved()
     }
 
+    /// OWNED, by its owner, for the heap's detached list (the active slab's
+    /// refill): the free objects it holds, its local list or else its remote
+    /// list, which `inuse` then counts as handed out (`set_inuse_active`).
+    /// Null if it holds none (uncarved objects aside).
+    pub fn detach_free(&self) -> *mut u8 {
+        let mut list = self.local_free.replace(ptr::null_mut());
+        if list.is_null() {
+            list = self.take_remote();
+        }
+        if !list.is_null() {
+            self.set_inuse_active();
+        }
+        list
+    }
+
     /// `inuse` of the active slab after a refill: everything carved is in
     /// use or on the heap's detached list.
     pub fn set_inuse_active(&self) {
