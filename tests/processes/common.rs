@@ -121,6 +121,27 @@ fn compile_now(compiler: &str, source: &str, name: &str, extra: &[&str]) -> Path
     exe
 }
 
+/// A command for `exe` whose environment has no `SLUBMALLOC_*` variable but
+/// those in `env`, with the preload library when `preload`.
+pub fn clean_command(exe: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SLUBMALLOC_") {
+            cmd.env_remove(&k);
+        }
+    }
+    if preload {
+        cmd.env("LD_PRELOAD", preload_lib());
+    } else {
+        cmd.env_remove("LD_PRELOAD");
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
 /// Runs `program args` with the library preloaded and `env` set.
 pub fn run_preloaded(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(program);
@@ -129,6 +150,16 @@ pub fn run_preloaded(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Out
         cmd.env(k, v);
     }
     cmd.output().expect("run preloaded program")
+}
+
+/// A child's status and output, for a failed assertion's message.
+pub fn describe(o: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    )
 }
 
 /// Runs `program args` without the preload, for comparison.

@@ -26,15 +26,6 @@ fn run(args: &[&str], preloaded: bool) -> Output {
     common::run_guarded(&program(), args, preloaded, &[], LIMIT)
 }
 
-fn describe(o: &Output) -> String {
-    format!(
-        "status: {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
-        o.status,
-        common::stdout(o),
-        common::stderr(o)
-    )
-}
-
 /// The program freed the block and then died by SIGSEGV touching it.
 fn assert_faulted(args: &[&str], preloaded: bool) {
     let o = run(args, preloaded);
@@ -42,13 +33,13 @@ fn assert_faulted(args: &[&str], preloaded: bool) {
     assert!(
         common::stdout(&o).contains("freed ") && !common::stdout(&o).contains("survived"),
         "{args:?} on {who}: the touch after free did not fault\n{}",
-        describe(&o)
+        common::describe(&o)
     );
     assert_eq!(
         o.status.signal(),
         Some(libc::SIGSEGV),
         "{args:?} on {who}\n{}",
-        describe(&o)
+        common::describe(&o)
     );
 }
 
@@ -78,7 +69,7 @@ fn assert_survived(args: &[&str], preloaded: bool) {
     assert!(
         o.status.success() && common::stdout(&o).contains("survived"),
         "{args:?} on {who}\n{}",
-        describe(&o)
+        common::describe(&o)
     );
 }
 
@@ -93,7 +84,7 @@ fn a_piece_of_a_cached_block_is_accessible_while_live_and_once_freed_as_under_gl
         assert!(
             common::stdout(&o).contains("piece "),
             "preloaded: {preloaded}: the piece handed out was not writable\n{}",
-            describe(&o)
+            common::describe(&o)
         );
         assert_survived(&["write", "8192", "split"], preloaded);
     }
@@ -124,7 +115,7 @@ fn a_child_forked_after_the_free_faults_touching_the_block() {
             o.status.success()
                 && common::stdout(&o).contains(&format!("child signal {}\n", libc::SIGSEGV)),
             "preloaded: {preloaded}\n{}",
-            describe(&o)
+            common::describe(&o)
         );
     }
 }
@@ -143,7 +134,7 @@ fn at_the_mapping_limit_a_cached_piece_that_cannot_be_made_accessible_is_not_han
                 && (out.contains("limit written") || out.contains("limit NULL errno ENOMEM"))
                 && out.contains("after written"),
             "preloaded: {preloaded}\n{}",
-            describe(&o)
+            common::describe(&o)
         );
     }
 }
@@ -155,6 +146,6 @@ fn with_the_protection_off_a_freed_big_block_stays_accessible() {
     assert!(
         o.status.success() && common::stdout(&o).contains("survived"),
         "{}",
-        describe(&o)
+        common::describe(&o)
     );
 }

@@ -59,15 +59,6 @@ fn program(name: &'static str) -> PathBuf {
     once.get_or_init(|| common::compile_c(name, &[])).clone()
 }
 
-fn describe(o: &Output) -> String {
-    format!(
-        "status: {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
-        o.status,
-        common::stdout(o),
-        common::stderr(o)
-    )
-}
-
 /// The address the program printed (its first stdout line, `%p`).
 fn printed_address(o: &Output) -> u64 {
     let out = common::stdout(o);
@@ -75,11 +66,11 @@ fn printed_address(o: &Output) -> u64 {
     let hex = line.trim().strip_prefix("0x").unwrap_or_else(|| {
         panic!(
             "the program printed no address before the misuse\n{}",
-            describe(o)
+            common::describe(o)
         )
     });
     u64::from_str_radix(hex, 16)
-        .unwrap_or_else(|e| panic!("bad address {line:?}: {e}\n{}", describe(o)))
+        .unwrap_or_else(|e| panic!("bad address {line:?}: {e}\n{}", common::describe(o)))
 }
 
 /// Every `0x...` number in `line`.
@@ -104,12 +95,12 @@ fn assert_stopped(what: &str, o: &Output, names: &[&str], lo: u64, hi: u64) {
         o.status.signal(),
         Some(SIGABRT),
         "{what}: expected death by SIGABRT\n{}",
-        describe(o)
+        common::describe(o)
     );
     assert!(
         !common::stdout(o).contains("survived"),
         "{what}: the program ran past its misuse\n{}",
-        describe(o)
+        common::describe(o)
     );
     let err = common::stderr(o);
     let lines: Vec<&str> = err
@@ -120,7 +111,7 @@ fn assert_stopped(what: &str, o: &Output, names: &[&str], lo: u64, hi: u64) {
         lines.len(),
         1,
         "{what}: expected exactly one \"slubmalloc: \" line\n{}",
-        describe(o)
+        common::describe(o)
     );
     let line = lines[0];
     let lower = line.to_lowercase();
@@ -338,7 +329,7 @@ fn debug_mode_stops_the_refill_that_takes_an_overwritten_list_before_handing_out
     assert!(
         !common::stdout(&o).contains("handed out"),
         "the refill handed out a block of a corrupted list\n{}",
-        describe(&o)
+        common::describe(&o)
     );
 }
 
@@ -400,16 +391,16 @@ fn debug_mode_stops_a_write_after_free_on_reuse() {
 
 /// Asserts `o` exited 0 after "survived", the allocator silent.
 fn assert_not_stopped(what: &str, o: &Output) {
-    assert!(o.status.success(), "{what}\n{}", describe(o));
+    assert!(o.status.success(), "{what}\n{}", common::describe(o));
     assert!(
         common::stdout(o).contains("survived"),
         "{what}\n{}",
-        describe(o)
+        common::describe(o)
     );
     assert!(
         !common::stderr(o).contains("slubmalloc: "),
         "{what}: the allocator complained about a correct program\n{}",
-        describe(o)
+        common::describe(o)
     );
 }
 
@@ -431,17 +422,17 @@ fn correct_program_is_not_stopped(env: &[(&str, &str)]) {
     assert!(
         plain.status.success(),
         "without the preload\n{}",
-        describe(&plain)
+        common::describe(&plain)
     );
     let o = common::run_guarded(&exe, &[], true, env, LIMIT);
-    assert!(o.status.success(), "preloaded\n{}", describe(&o));
+    assert!(o.status.success(), "preloaded\n{}", common::describe(&o));
     assert_eq!(common::stdout(&o), common::stdout(&plain));
     // No complaint, and (debug mode) no "unknown variable" warning either:
     // the mode must actually have been on for the test to prove anything.
     assert!(
         !common::stderr(&o).contains("slubmalloc: "),
         "the allocator complained about a correct program\n{}",
-        describe(&o)
+        common::describe(&o)
     );
 }
 

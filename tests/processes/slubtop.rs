@@ -97,24 +97,10 @@ impl Running {
         preload: bool,
         env: &[(&str, &str)],
     ) -> (Running, Vec<String>) {
-        let mut cmd = Command::new(exe);
-        cmd.args(args)
-            .stdin(Stdio::piped())
+        let mut cmd = common::clean_command(exe, args, env, preload);
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("SLUBMALLOC_") {
-                cmd.env_remove(&k);
-            }
-        }
-        if preload {
-            cmd.env("LD_PRELOAD", common::preload_lib());
-        } else {
-            cmd.env_remove("LD_PRELOAD");
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));

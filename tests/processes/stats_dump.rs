@@ -51,27 +51,6 @@ impl Ran {
     }
 }
 
-/// A command for `exe` whose environment has no `SLUBMALLOC_*` variable but
-/// those in `env`, with the preload library when `preload`.
-fn command(exe: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Command {
-    let mut cmd = Command::new(exe);
-    cmd.args(args);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SLUBMALLOC_") {
-            cmd.env_remove(&k);
-        }
-    }
-    if preload {
-        cmd.env("LD_PRELOAD", common::preload_lib());
-    } else {
-        cmd.env_remove("LD_PRELOAD");
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
 /// Collects a pipe on a thread, so a child never blocks on a full pipe (for
 /// the signal test's child, which this test talks to while it runs).
 fn drain(pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
@@ -102,7 +81,10 @@ fn wait_with_deadline(child: &mut Child, what: &str) -> ExitStatus {
 /// Runs `exe` to its end (failing past `CHILD_DEADLINE`), its environment
 /// as `command` makes it.
 fn run(exe: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Ran {
-    let (out, pid) = common::run_with_pid(command(exe, args, env, preload), CHILD_DEADLINE);
+    let (out, pid) = common::run_with_pid(
+        common::clean_command(exe, args, env, preload),
+        CHILD_DEADLINE,
+    );
     Ran {
         status: out.status,
         pid,
@@ -637,7 +619,7 @@ fn report_by_signal_from_a_running_multithreaded_program() {
     let exe = common::compile_c("stats_signal", &["-fno-builtin"]);
     let dir = scratch_dir("signal");
     let pattern = dir.join("signal-%p.txt");
-    let mut child = command(
+    let mut child = common::clean_command(
         &exe,
         &[],
         &[
