@@ -109,8 +109,8 @@ WORKLOADS = {
     # replaced one at a time (1,000 and 16,000 at full size).
     "big_heap": ("{bin}/big_heap {n}", (64, 256, 1024), 1),
     "huge_heap": ("{bin}/big_heap {n}", (128, 512, 4096, 8192), 1),
-    "big_blocks": ("{bin}/big_blocks {n} 200000", (1000, 1000, 1000), 1),
-    "many_big_blocks": ("{bin}/big_blocks {n} 200000", (2000, 4000, 16000), 1),
+    "big_blocks": ("{bin}/random_table {n} 200000 131072 184320", (1000, 1000, 1000), 1),
+    "many_big_blocks": ("{bin}/random_table {n} 200000 131072 184320", (2000, 4000, 16000), 1),
     # Four threads whatever the machine: server churn of mixed sizes with
     # requests passed round a ring of workers; a random stress on one shared
     # table of blocks (frees of any thread's blocks, small and large).
