@@ -223,10 +223,12 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     q
 }
 
-/// Gives back all the memory we can: the calling thread's slabs go to the
+/// Gives back all the memory we can: the calling thread's sheaves go back
+/// to their slabs, its slabs to the
 /// node lists, their empty slabs to their segments, free slabs and cached
 /// large blocks to the kernel.
 pub fn trim() {
+    crate::free::flush_current();
     release::flush_current();
     crate::node::release_empty_slabs();
     segment::purge_now();

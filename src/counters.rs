@@ -5,15 +5,25 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// Per-class events kept in each thread's counter block.
+/// Per-class events kept in each thread's counter block. The first seven,
+/// those of the fast paths and the frees, share the class heap's first
+/// cache line with the sheaf's length (`heap::ClassHeap`).
 #[derive(Clone, Copy)]
 #[repr(usize)]
 pub enum Ev {
+    /// Allocations served from the thread's sheaf (`sheaf`).
+    AllocSheaf,
+    /// Frees into the thread's sheaf. The slab-level frees below
+    /// (`FreeFast`, `FreeSlow`, `FreeRemote`) count blocks as their slabs
+    /// take them back, a sheaf's flushed blocks included.
+    FreeSheaf,
     AllocFast,
     AllocSlow,
     FreeFast,
     FreeSlow,
     FreeRemote,
+    /// Blocks flushed from the thread's sheaf to their slabs.
+    SheafFlushed,
     RefillOwn,
     RefillPartial,
     RefillNode,
@@ -24,7 +34,7 @@ pub enum Ev {
 }
 
 impl Ev {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 14;
 }
 
 /// One thread's counters for one class. Single writer (the owning thread).

@@ -1,28 +1,32 @@
-//! The fast paths: allocation and free by the thread that owns the slab,
-//! a few loads, compares and stores each, no atomic read-modify-write, no
-//! lock. Everything else goes to `refill` (allocation) and `free` (free).
-
-use core::ptr;
+//! The fast paths: allocation from the thread's sheaf (the block it freed
+//! last) or else from its active slab's detached list, and free into the
+//! thread's sheaf, whatever slab the block is in and whoever owns it; a few
+//! loads, compares and stores each, no atomic read-modify-write, no lock.
+//! Everything else goes to `refill` (allocation), `sheaf` (a full sheaf's
+//! flush) and `free` (a free with no sheaf).
 
 use crate::counters::Ev;
 use crate::debug;
 use crate::free::{free_slow, free_suspicious};
+use core::ptr;
+
 use crate::freelist::{
-    corrupted_link, get_next_with, link_is_sane, may_be_free, prefetch, set_next_with, HARDENING,
+    corrupted_link, get_next_with, has_sheaf_tag_with, link_is_sane, may_be_free, prefetch,
+    set_next_with, set_sheaf_tag, take_sheaf_block, SheafBlock, HARDENING,
 };
-use crate::heap::ClassHeap;
+use crate::heap::{ClassHeap, Heap};
 use crate::refill::alloc_slow;
-use crate::release::slab_emptied;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{invalid_free, State};
+use crate::slab::{double_free, invalid_free, Slab, State};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
 /// Allocates one object of `class` for a request of `size` bytes at `align`
-/// (used only by the debug slow path). Fast path: a TLS load, a pop from
-/// the detached free list, a link check, a prefetch of the next block, two
-/// stores and a counter increment.
+/// (used only by the debug slow path). Fast path: a TLS load, a pop from the
+/// sheaf with the block's check (`freelist::take_sheaf_block`), or else a
+/// pop from the detached free list with a link check and a prefetch of the
+/// next block; a counter increment.
 #[inline(always)]
 pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
     alloc_scaled(class * core::mem::size_of::<ClassHeap>(), size, align)
@@ -37,12 +41,34 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     // SAFETY: `heap` is this thread's heap or a static one; `scaled` is a
     // class's offset, below `NUM_CLASSES * CLASS_SCALE`.
     let c = unsafe { (*heap).class_at(scaled) };
+    let len = c.sheaf_len.get();
+    if len != 0 {
+        // --- heap profile: the byte countdown (a `sub` to memory and a
+        // `js`); only a thread's own heap gets here (the static ones have
+        // no sheaf and no list).
+        // SAFETY: as above.
+        if unsafe { (*heap).prof_count(size) } {
+            return sampled_or_not(size, align, scaled / core::mem::size_of::<ClassHeap>());
+        }
+        // ---
+        let obj = c.sheaf_top(len);
+        if HARDENING {
+            // SAFETY: a heap with a sheaf is a thread's own, whose `secret`
+            // is set; `obj` is a block the sheaf held.
+            let found = unsafe { take_sheaf_block((*heap).secret.get(), obj) };
+            if found != SheafBlock::Tagged {
+                return crate::sheaf::stop(found, obj);
+            }
+        }
+        c.sheaf_len.set(len - 1);
+        c.ev.inc(Ev::AllocSheaf);
+        return obj;
+    }
     let obj = c.detached.get();
     if obj.is_null() {
         return alloc_slow(size, align, scaled / core::mem::size_of::<ClassHeap>());
     }
-    // --- heap profile: the byte countdown (a `sub` to memory and a `js`);
-    // only a thread's own heap gets here (the static ones have no list).
+    // --- heap profile, as above.
     // SAFETY: as above.
     if unsafe { (*heap).prof_count(size) } {
         return sampled_or_not(size, align, scaled / core::mem::size_of::<ClassHeap>());
@@ -69,7 +95,8 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     // stress on that read. One instruction; msgpass 0.92x the time.
     prefetch(next);
     if HARDENING {
-        // Clear the link: a stale one would look like a free block to `free`.
+        // Clear the link: a stale one would look, to a sheaf's check, like
+        // a block freed again while on a free list.
         // SAFETY: `obj` is ours and at least 8 bytes.
         unsafe { *(obj as *mut usize) = 0 };
     }
@@ -92,13 +119,18 @@ fn sampled_or_not(size: usize, align: usize, class: usize) -> *mut u8 {
     }
 }
 
-/// Frees an object inside one of our segments. Fast path (the slab is ours):
-/// a TLS load, the slab from the address, an owner compare, the object-start
-/// test, the double-free test, a counter, and a push: onto the heap's
-/// detached list if the slab is the active one, as SLUB frees to the cpu
-/// freelist, so the next allocation reuses the block while it is in cache;
-/// else onto the slab's local list, with a decrement of its `inuse` (a slab
-/// that empties leaves the thread).
+/// Frees an object inside one of our segments. Fast path (the class is
+/// warm and its sheaf has room): a TLS load, the slab from the address, its
+/// class heap (one load), the sheaf's length and capacity, the object-start
+/// test, then one of two pushes:
+/// - a block of the class's active slab goes onto the detached list, as
+///   SLUB frees to the cpu freelist, after the double-free tests on its
+///   first two words (a free-list link, a sheaf's tag): the block was
+///   handed out from that list lately, so its line is likely in cache;
+/// - any other block, whatever slab it is in and whoever owns it, goes on
+///   the sheaf, unread: the tag stored into its second word, the block
+///   compared with the sheaf's top (a block freed twice in a row). Every
+///   way out of a sheaf checks the block (`sheaf`).
 ///
 /// # Safety
 /// `p` lies inside a mapped segment (`segment::contains(p)`).
@@ -107,50 +139,149 @@ pub unsafe fn free(p: *mut u8) {
     let heap = current();
     // SAFETY: per the contract, `p`'s segment header is mapped.
     let slab = unsafe { &*slab_of(p) };
+    // SAFETY: `heap` is this thread's heap or a static one; `heap_offset`
+    // is a class's, or `NO_SHEAF_OFFSET`.
+    let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
+    let len = c.sheaf_len.get();
+    let cap = c.sheaf_cap.get();
+    if len >= cap {
+        // No sheaf (the 8-byte class, a cold class, debug mode, a static
+        // heap, the heap profile's slabs): the free as before sheaves.
+        if cap == 0 {
+            return free_to_slab(p, heap);
+        }
+        return free_no_room(p);
+    }
+    // A slot never carved (never handed out), or one of a FREE slab,
+    // fails here: a block the sheaf could hand out is one its slab did.
+    if HARDENING && !slab.is_object_start(p) {
+        return stop_invalid_free(p);
+    }
+    // SAFETY: a heap with a sheaf is a thread's own, whose `secret` is set.
+    let secret = unsafe { (*heap).secret.get() };
+    if ptr::eq(c.active.get(), slab) {
+        // SAFETY: the active slab is the heap's own; `p` is one of its
+        // slots, of 16 bytes or more (the class has a sheaf).
+        return unsafe { free_to_active(p, heap, c, slab, secret) };
+    }
+    if HARDENING && c.sheaf_top(len) == p {
+        return stop_double_free(p);
+    }
+    if HARDENING {
+        // SAFETY: `p` is a block the program gives up; every class with a
+        // sheaf has blocks of 16 bytes or more.
+        unsafe { set_sheaf_tag(secret, p) };
+    }
+    c.sheaf_push(len, p);
+    c.ev.inc(Ev::FreeSheaf);
+}
+
+/// A free into the heap's active slab `slab` of class heap `c`: the
+/// double-free tests (a free-list link in the first word, in two stages,
+/// `may_be_free` then `link_is_sane`; the sheaf's tag in the second: the
+/// block waits in a sheaf), then the push onto the detached list.
+///
+/// # Safety
+/// `slab` is `c`'s active slab, `c` a class heap of `heap` with a sheaf,
+/// `p` a slot of `slab`, `secret` the heap's.
+#[inline(always)]
+unsafe fn free_to_active(p: *mut u8, heap: *mut Heap, c: &ClassHeap, slab: &Slab, secret: usize) {
+    // SAFETY: per the contract, `p` is a slot of 16 bytes or more.
+    if HARDENING
+        && ((unsafe { may_be_free(secret, p) }
+            && link_is_sane(p, unsafe { get_next_with(secret, p) }))
+            || unsafe { has_sheaf_tag_with(secret, p) })
+    {
+        return free_suspicious(p, heap, slab);
+    }
+    // SAFETY: `p` is a live object of our active slab; it becomes free.
+    unsafe { set_next_with(secret, p, c.detached.get()) };
+    c.detached.set(p);
+    c.ev.inc(Ev::FreeFast);
+}
+
+/// The free fast path found the sheaf full: a block of the active slab
+/// goes to it all the same; any other block goes on the sheaf once its
+/// older half is flushed.
+#[inline(never)]
+fn free_no_room(p: *mut u8) {
+    let heap = current();
+    // SAFETY: as for `free`.
+    let slab = unsafe { &*slab_of(p) };
+    // SAFETY: as for `free`.
+    let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
+    let cap = c.sheaf_cap.get();
+    if ptr::eq(c.active.get(), slab) {
+        return free_to_slab(p, heap);
+    }
+    // SAFETY: a heap with a sheaf is a thread's own, live heap.
+    crate::free::flush_oldest(unsafe { &*heap }, c, cap.div_ceil(2));
+    // SAFETY: as for `free`; the sheaf has room now.
+    unsafe { free(p) }
+}
+
+/// A free into the block's slab, as before sheaves: by its owner, after the
+/// object-start and double-free tests (the block's first word read, and
+/// its second if the class has a sheaf), onto the heap's detached list (the
+/// active slab) or the slab's local list; else through the free slow path
+/// (a jump, as before sheaves: the common case of a class with no sheaf is
+/// a block of another heap's slab, one CAS in `free_slow`).
+#[inline(always)]
+fn free_to_slab(p: *mut u8, heap: *mut Heap) {
+    // SAFETY: as for `free`.
+    let slab = unsafe { &*slab_of(p) };
     // Acquire: pairs with `give_back`'s Release (a plain load on x86-64).
     if slab.owner.load(Ordering::Acquire) != heap as usize {
         return free_slow(p, slab);
     }
-    // A slot never carved (never handed out) fails here too: no extra load.
-    // SAFETY: `heap` owns `slab` (just compared), and `heap` is ours.
-    if HARDENING && !unsafe { slab.is_object_start_owned(p) } {
+    if HARDENING && !slab.is_object_start(p) {
         return stop_invalid_free(p);
     }
     // SAFETY: `heap` owns a slab, so it is a thread's own heap, whose
-    // `secret` is set.
+    // `secret` is set; `p` is an object slot of a slab we own, of 16
+    // bytes or more where the class has a sheaf.
     let secret = unsafe { (*heap).secret.get() };
-    invariant!(secret == crate::freelist::secret());
-    // SAFETY: `p` is an object slot of a slab we own.
+    let sheaved = slab.size.get() >= 16;
     if HARDENING
-        && unsafe { may_be_free(secret, p) }
-        && link_is_sane(p, unsafe { get_next_with(secret, p) })
+        && ((unsafe { may_be_free(secret, p) }
+            && link_is_sane(p, unsafe { get_next_with(secret, p) }))
+            || (sheaved && unsafe { has_sheaf_tag_with(secret, p) }))
     {
         return free_suspicious(p, heap, slab);
     }
-    // SAFETY: `heap` is this thread's live heap; `heap_offset` is a class's.
-    let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
-    c.ev.inc(Ev::FreeFast);
-    if ptr::eq(c.active.get(), slab) {
-        // SAFETY: `p` is a live object of our active slab; it becomes free.
-        unsafe { set_next_with(secret, p, c.detached.get()) };
-        c.detached.set(p);
-        return;
-    }
-    // SAFETY: as above, for a slab we own.
-    if unsafe { slab.free_object_with(secret, p) } {
-        // SAFETY: `heap` owns `slab`, so it is a live heap of this thread.
-        slab_emptied(unsafe { &*heap }, slab);
-    }
+    // SAFETY: `heap` is this thread's live heap.
+    let heap = unsafe { &*heap };
+    crate::free::free_owned_unchecked(heap, slab, p);
 }
 
 /// `slab::invalid_free` for the free fast path, which reaches it with a
 /// jump: a call to a function that never returns needs the stack aligned,
-/// and so a push on the fast path itself (2 instructions per Rust free,
-/// ci/callgrind.sh).
+/// and so a push on the fast path itself (2 instructions per free,
+/// ci/callgrind.sh). So it returns, for a null `p`, which never reaches it,
+/// and the compiler cannot take it for a function that never returns. A
+/// block of a FREE slab (none counts as carved) is a double free if it is
+/// a slot's start.
 #[cold]
 #[inline(never)]
 fn stop_invalid_free(p: *mut u8) {
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: as for `free`.
+    let slab = unsafe { &*slab_of(p) };
+    if slab.state() == State::Free && slab.is_slot_start(p) {
+        double_free(p);
+    }
     invalid_free(p)
+}
+
+/// `slab::double_free` for the free fast path, as `stop_invalid_free`.
+#[cold]
+#[inline(never)]
+fn stop_double_free(p: *mut u8) {
+    if !p.is_null() {
+        double_free(p)
+    }
 }
 
 /// `x`, as a value the compiler cannot see through. The end-of-list test on

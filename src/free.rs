@@ -4,14 +4,17 @@
 //! adopted; a LISTED slab takes the free under its node lock (and is adopted
 //! at the eighth free in a row); a block that looks free already is looked
 //! for on the slab's lists (a double free stops the process). The slabs
-//! these frees hand on go through `release`.
+//! these frees hand on go through `release`. And a full sheaf's flush: its
+//! older blocks back to their slabs, each by the free it would have been
+//! before sheaves (also every sheaf of a thread that exits or trims).
 
 use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
+use crate::freelist::take_sheaf_block;
 use crate::freelist::{self, set_next, HARDENING};
-use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
+use crate::heap::{owner_tag, ClassHeap, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
 use crate::init::with_slow_heap;
 use crate::node::NODES;
 use crate::release::{keep_partial, release, slab_emptied, trim_partials};
@@ -38,6 +41,12 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
     // correct program, as a slab went LISTED and was taken again meanwhile).
     // SAFETY: `p` lies in a mapped slab; its first word is readable.
     let looks_free = HARDENING && unsafe { slab::looks_free(p) };
+    // A block that waits in a sheaf (its tag in its second word; a class
+    // with a sheaf has one) is free already.
+    // SAFETY: as above; a slot of 16 bytes or more.
+    if HARDENING && slab.size.get() >= 16 && unsafe { freelist::has_sheaf_tag(p) } {
+        double_free(p);
+    }
     let heap = current();
     let debug = crate::options::ready().is_none_or(|o| o.debug);
     if heap != EMPTY && heap != DEAD && !debug {
@@ -193,13 +202,14 @@ fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
 /// Stops the process if `p` cannot be a live block of `slab` in `state`:
 /// not the start of a block, or a block of a slab that is FREE (all its
 /// blocks were freed and it went back to its segment, which keeps its
-/// geometry until the slab is used again), so a double free.
+/// geometry until the slab is used again, though none of it counts as
+/// carved), so a double free.
 fn not_a_live_block(state: State, slab: &Slab, p: *mut u8) {
+    if state == State::Free && slab.is_slot_start(p) {
+        double_free(p);
+    }
     if !slab.is_object_start(p) {
         invalid_free(p);
-    }
-    if state == State::Free {
-        double_free(p);
     }
 }
 
@@ -234,12 +244,17 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
     }
 }
 
-/// `p`'s first word decodes to a valid link: either `p` is already free, or
-/// the program stored something that looks like one. Walk our lists to know.
-/// The block first, as for `free_slow`.
+/// `p`'s first word decodes to a valid link, or its second is its sheaf
+/// tag: either `p` is already free, or the program stored something that
+/// looks like a link. A tag means a sheaf holds the block; for a link, walk
+/// our lists to know. The block first, as for `free_slow`.
 #[cold]
 #[inline(never)]
 pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
+    // SAFETY: `p` is a slot of `slab`, of 16 bytes or more where read.
+    if slab.size.get() >= 16 && unsafe { freelist::has_sheaf_tag(p) } {
+        double_free(p);
+    }
     // SAFETY: `heap` is the owner of `slab`, hence a live heap.
     let c = unsafe { &(*heap).classes[slab.class.get() as usize] };
     let bound = slab.objects.get();
@@ -262,6 +277,129 @@ fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
     heap.classes[slab.class.get() as usize].ev.inc(Ev::FreeFast);
     // SAFETY: `p` is a live object of `slab`, which `heap` owns.
     if unsafe { slab.free_object(p) } {
+        slab_emptied(heap, slab);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Sheaves flushed back to their slabs
+
+/// Hands the `n` oldest blocks of `c`'s sheaf (the bottom ones: the top
+/// ones are the likeliest in cache) back to their slabs, each checked, and
+/// moves the rest down. Blocks of one slab one after another go back as a
+/// run: into a slab another heap owns with one CAS (`push_remote_run`),
+/// which a thread that frees what another allocated in order (a consumer)
+/// makes long; else each as the free it would have been before sheaves.
+pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
+    let len = c.sheaf_len.get();
+    crate::sync::invariant!(n <= len);
+    let secret = heap.secret.get();
+    let n = n as usize;
+    let mut i = 1;
+    while i <= n {
+        let head = c.sheaf[i].get();
+        let mut end = i;
+        while end <= n {
+            let q = c.sheaf[end].get();
+            if (q as usize ^ head as usize) >= crate::segment::SLAB_BYTES {
+                break;
+            }
+            // SAFETY: `q` is a block the sheaf held.
+            crate::sheaf::check(unsafe { take_sheaf_block(secret, q) }, q);
+            end += 1;
+        }
+        flush_run(heap, &c.sheaf[i..end]);
+        i = end;
+    }
+    for i in 1..=len as usize - n {
+        c.sheaf[i].set(c.sheaf[i + n].get());
+    }
+    c.sheaf_len.set(len - n as u32);
+    c.ev.add(Ev::SheafFlushed, n as u64);
+}
+
+/// Frees `run`, checked blocks of one slab out of a sheaf, into their slab:
+/// by its owner (`free_owned_unchecked`), else pushed onto its remote list
+/// linked in one run, or (a FULL or LISTED slab) each through
+/// `free_unowned`. Counted as the slab-level frees they are.
+fn flush_run(heap: &Heap, run: &[core::cell::Cell<*mut u8>]) {
+    let head = run[0].get();
+    // SAFETY: `head` is a block of one of our segments (a sheaf took it).
+    let slab = unsafe { &*crate::segment::slab_of(head) };
+    let me = heap as *const Heap as usize;
+    let tail = run[run.len() - 1].get();
+    let link = || {
+        for w in run.windows(2) {
+            // SAFETY: blocks the caller gives up; the list is the run's.
+            unsafe { freelist::set_next(w[0].get(), w[1].get()) };
+        }
+    };
+    // Acquire: pairs with `give_back`'s Release, as the fast path's does.
+    if slab.owner.load(Ordering::Acquire) == me {
+        link();
+        return free_owned_run(heap, slab, head, tail, run.len() as u32);
+    }
+    let class = slab.class.get() as usize;
+    if slab.push_remote_run(head, tail, me, link) == Push::Pushed {
+        heap.classes[class].ev.add(Ev::FreeRemote, run.len() as u64);
+        return;
+    }
+    // Not OWNED (or ours after all): one block at a time. Links the run may
+    // have written are no double frees: the blocks were checked.
+    for b in run {
+        free_unowned(heap, slab, b.get(), false);
+    }
+}
+/// Flushes the whole sheaf of `c`, a class heap of `heap`.
+pub fn flush_class(heap: &Heap, c: &ClassHeap) {
+    flush_oldest(heap, c, c.sheaf_len.get());
+}
+
+/// Flushes every sheaf of `heap` (the thread exits, or trims).
+pub fn flush_all(heap: &Heap) {
+    for (class, c) in heap.classes.iter().enumerate() {
+        if heap.is_warm(class) {
+            flush_class(heap, c);
+        }
+    }
+}
+
+/// Flushes the calling thread's sheaves (`malloc_trim`, `trim`).
+pub fn flush_current() {
+    let heap = current();
+    if heap != EMPTY && heap != DEAD {
+        // SAFETY: a created heap lives until this thread's destructor.
+        flush_all(unsafe { &*heap });
+    }
+}
+
+/// A free of `p`, checked already, into `slab`, which `heap` owns: onto the
+/// heap's detached list if the slab is the active one, as SLUB frees to
+/// the cpu freelist, else onto the slab's local list, with a decrement of
+/// its `inuse` (a slab that empties leaves the thread).
+#[inline(always)]
+pub fn free_owned_unchecked(heap: &Heap, slab: &Slab, p: *mut u8) {
+    free_owned_run(heap, slab, p, p, 1);
+}
+
+/// `free_owned_unchecked` for a run of `n` blocks linked already, `head`
+/// to `tail`: one splice.
+#[inline(always)]
+fn free_owned_run(heap: &Heap, slab: &Slab, head: *mut u8, tail: *mut u8, n: u32) {
+    // SAFETY: `heap_offset` is a class's (a slab the heap owns is no
+    // profile slab).
+    let c = unsafe { heap.class_at(slab.heap_offset.get() as usize) };
+    c.ev.add(Ev::FreeFast, n as u64);
+    let secret = heap.secret.get();
+    if core::ptr::eq(c.active.get(), slab) {
+        // SAFETY: the run's blocks are live objects of our active slab;
+        // they become free.
+        unsafe { crate::freelist::set_next_with(secret, tail, c.detached.get()) };
+        c.detached.set(head);
+        return;
+    }
+    // SAFETY: as above, for a slab we own.
+    if unsafe { slab.free_run_with(secret, head, tail, n) } {
         slab_emptied(heap, slab);
     }
 }

@@ -87,6 +87,89 @@ pub unsafe fn get_next_with(secret: usize, obj: *mut u8) -> *mut u8 {
     encode_with(secret, unsafe { load_link_word(obj) } as *mut u8, obj) as *mut u8
 }
 
+/// The tag a block carries in its second word while it waits in a sheaf
+/// (`sheaf`): keyed by the secret and the block's address, so that no
+/// value a program stores is one (short of reading the allocator's
+/// memory). It is the word an end-of-list link would be in the first word
+/// (`encode_with(secret, null, obj)`), which the checks of a block leaving
+/// a sheaf compute anyway: in the second word it is no link. Cost: bswap
+/// and an xor.
+#[inline(always)]
+pub fn sheaf_tag(secret: usize, obj: *mut u8) -> usize {
+    encode_with(secret, core::ptr::null_mut(), obj)
+}
+
+/// Writes `obj`'s sheaf tag (a free into a sheaf: a store, no load).
+///
+/// # Safety
+/// `obj` is a block of at least 16 bytes that the caller gives up.
+#[inline(always)]
+pub unsafe fn set_sheaf_tag(secret: usize, obj: *mut u8) {
+    // SAFETY: per the contract, the second word is the block's.
+    unsafe { obj.cast::<usize>().add(1).write(sheaf_tag(secret, obj)) };
+}
+
+/// Whether `obj` carries its sheaf tag: it waits in a sheaf, freed
+/// already (the free slow path's double-free test, beside `looks_free`).
+///
+/// # Safety
+/// `obj` is an object slot of at least 16 bytes that the caller may read.
+#[inline]
+pub unsafe fn has_sheaf_tag(obj: *mut u8) -> bool {
+    // SAFETY: per the contract.
+    unsafe { has_sheaf_tag_with(secret(), obj) }
+}
+
+/// `has_sheaf_tag` with the secret given (the free fast path's copy).
+///
+/// # Safety
+/// As for `has_sheaf_tag`.
+#[inline(always)]
+pub unsafe fn has_sheaf_tag_with(secret: usize, obj: *mut u8) -> bool {
+    // SAFETY: per the contract, the second word is the slot's.
+    unsafe { obj.cast::<usize>().add(1).read() == sheaf_tag(secret, obj) }
+}
+
+/// What a block leaving a sheaf holds, as `take_sheaf_block` finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SheafBlock {
+    /// Its tag, and no free-list link: it was freed once, and since.
+    Tagged,
+    /// No tag: it left a sheaf already (a double free, the copy that was
+    /// taken cleared it) or the program wrote it after freeing it.
+    Untagged,
+    /// A free-list link in its first word: it was on a slab's free list
+    /// when it was freed again (a double free).
+    Linked,
+}
+
+/// Checks a block leaving a sheaf (handed out, flushed to its slab, or
+/// looked at before the process exits) and clears its tag. Cost: two loads
+/// from one line, bswap, four xors, two compares, a store (and the full
+/// link test for one word of random data in 2^17).
+///
+/// # Safety
+/// `obj` is a block of at least 16 bytes that a sheaf held.
+#[inline(always)]
+pub unsafe fn take_sheaf_block(secret: usize, obj: *mut u8) -> SheafBlock {
+    let tag = obj.cast::<usize>().wrapping_add(1);
+    // SAFETY: per the contract, the second word is the block's.
+    if unsafe { tag.read() } != sheaf_tag(secret, obj) {
+        return SheafBlock::Untagged;
+    }
+    // SAFETY: as above.
+    unsafe { tag.write(0) };
+    // The first word in `may_be_free`'s two stages (its upper half first:
+    // the program's last store into the block may be a narrower one).
+    // SAFETY: as above.
+    if unsafe { may_be_free(secret, obj) }
+        && link_is_sane(obj, unsafe { get_next_with(secret, obj) })
+    {
+        return SheafBlock::Linked;
+    }
+    SheafBlock::Tagged
+}
+
 /// Clears `obj`'s link, as every path that hands an object out does: a
 /// stale link would look like a free block to `free`'s double-free test.
 ///
@@ -160,7 +243,8 @@ unsafe fn store_link_word(obj: *mut u8, word: usize) {
     }
 }
 
-/// The double-free test's first stage, on the free fast path: whether the
+/// The double-free test's first stage, on the free fast path into the
+/// active slab and on a block leaving a sheaf: whether the
 /// upper half of `obj`'s first word may be that of a valid link. It reads
 /// only that half, bytes 4..8 on a little-endian machine, which a program's
 /// last store into the block (a byte, a 32-bit field at its start) usually

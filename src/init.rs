@@ -97,9 +97,12 @@ pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
 /// The pthread key destructor: this thread is exiting.
 extern "C" fn thread_exit(arg: *mut libc::c_void) {
     let heap = arg as *mut Heap;
-    crate::tls::set(DEAD);
     // SAFETY: `arg` is the heap this thread registered, still live.
     let h = unsafe { &*heap };
+    // While the heap is still the thread's: the blocks go back to their
+    // slabs as its frees, not the orphan heap's.
+    crate::free::flush_all(h);
+    crate::tls::set(DEAD);
     flush(h, true);
     let alive = change_registry(|r| {
         r.retire_counters(h);

@@ -120,6 +120,7 @@ mod release;
 mod report;
 mod segment;
 mod shared;
+mod sheaf;
 mod size_class;
 mod slab;
 mod stats;

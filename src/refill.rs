@@ -58,7 +58,9 @@ pub fn alloc_unsampled(class: usize, size: usize, align: usize) -> *mut u8 {
 fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     let c = &heap.classes[class];
     let debug = debug::enabled();
-    if debug {
+    // Written only when the stash holds blocks: a cold class's heap stays
+    // unwritten (its page need not become resident).
+    if debug && !c.stash.get().is_null() {
         c.detached.set(c.stash.replace(ptr::null_mut()));
     }
     if c.detached.get().is_null() {
@@ -172,7 +174,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
             c.ev.inc(Ev::RefillNode);
             continue;
         }
-        crate::release::retire_idle_active(heap, class);
+        crate::release::retire_idle_active(heap, class, |c| crate::free::flush_class(heap, c));
         let (s, resident) = segment::take_slab();
         if s.is_null() {
             return false;

@@ -8,7 +8,7 @@ use core::ptr;
 
 use crate::counters::Ev;
 use crate::freelist;
-use crate::heap::{Heap, DEAD, EMPTY};
+use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
 use crate::node::{self, NODES};
 use crate::slab::{Slab, CLOSED};
 use crate::sync::{invariant, Ordering};
@@ -112,16 +112,22 @@ const IDLE_ALLOCS: u32 = 4096;
 /// empty slab), so that a thread that moves from size to size does not
 /// keep a slab per size it has used (mimalloc gives an empty page back
 /// after 16 slow paths, and `size_cycle`'s 18 classes kept 1.1 MB); an
-/// empty slab its node list kept goes back with it. Whether the slab is
+/// empty slab its node list kept goes back with it, and first the blocks
+/// its sheaf holds go back to their slabs (`flush_sheaf`, the caller's:
+/// `sheaf` is above this module). Whether the slab is
 /// empty is counted, a walk of the class's free list, only once per change
 /// of the class heap's free count, so that a class that holds live blocks
 /// is not walked again at every take; frees by other threads (on the
 /// slab's remote list) keep the slab until the class refills. With
 /// `slubmalloc_bench_no_counters` nothing is counted, and no active slab
 /// is given back.
-pub fn retire_idle_active(heap: &Heap, class: usize) {
+pub fn retire_idle_active(heap: &Heap, class: usize, flush_sheaf: impl Fn(&ClassHeap)) {
     let count = |k: usize, ev: Ev| heap.classes[k].ev.get_index(ev as usize) as u32;
-    let allocs = |k: usize| count(k, Ev::AllocFast).wrapping_add(count(k, Ev::AllocSlow));
+    let allocs = |k: usize| {
+        count(k, Ev::AllocFast)
+            .wrapping_add(count(k, Ev::AllocSlow))
+            .wrapping_add(count(k, Ev::AllocSheaf))
+    };
     let warm = heap.warm_classes();
     let (mut total, mut w) = (0u32, warm);
     while w != 0 {
@@ -139,12 +145,15 @@ pub fn retire_idle_active(heap: &Heap, class: usize) {
             heap.idle_since[k].set(total);
             continue;
         }
-        let frees = count(k, Ev::FreeFast);
+        let frees = count(k, Ev::FreeFast).wrapping_add(count(k, Ev::FreeSheaf));
         if total.wrapping_sub(heap.idle_since[k].get()) < IDLE_ALLOCS
             || heap.idle_frees[k].replace(frees) == frees
         {
             continue;
         }
+        // The blocks the class's sheaf holds go back to their slabs first:
+        // they keep the active slab, or others, from emptying.
+        flush_sheaf(c);
         let a = c.active.get();
         // SAFETY: our active slab is live and ours.
         if a.is_null() || !active_is_empty(c, unsafe { &*a }) {

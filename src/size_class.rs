@@ -133,7 +133,41 @@ pub fn class_by_table(size: usize) -> usize {
 }
 
 /// The size of a thread heap's per-class part (`heap::ClassHeap`).
-pub const CLASS_SCALE: usize = 256;
+pub const CLASS_SCALE: usize = 448;
+
+/// The offset, in a thread heap, of the class heap that never has a
+/// sheaf (`heap::Heap::no_sheaf`): the `Slab::heap_offset` of slabs whose
+/// frees must all reach the free slow path (the heap profile's).
+pub const NO_SHEAF_OFFSET: usize = NUM_CLASSES * CLASS_SCALE;
+
+/// The most blocks a sheaf holds (`heap::ClassHeap::sheaf`).
+pub const SHEAF_MAX: usize = 32;
+/// The bytes a class's sheaf may hold: `SHEAF_MAX` blocks up to 341
+/// bytes, fewer above, one from 16 KiB up (see `SHEAF_CAP`).
+const SHEAF_BYTES: usize = 16 << 10;
+
+/// Per class, the blocks its sheaf holds (0: no sheaf). The 8-byte class
+/// has none: a block in a sheaf carries a tag in its second word
+/// (`freelist::sheaf_tag`).
+pub static SHEAF_CAP: [u32; NUM_CLASSES] = sheaf_caps();
+
+const fn sheaf_caps() -> [u32; NUM_CLASSES] {
+    let sizes = class_sizes();
+    let mut caps = [0u32; NUM_CLASSES];
+    let mut i = 1;
+    while i < NUM_CLASSES {
+        let n = SHEAF_BYTES / sizes[i] as usize;
+        caps[i] = if n > SHEAF_MAX {
+            SHEAF_MAX as u32
+        } else if n == 0 {
+            1
+        } else {
+            n as u32
+        };
+        i += 1;
+    }
+    caps
+}
 
 /// `class_by_table(size) * CLASS_SCALE`, with one load.
 #[inline(always)]

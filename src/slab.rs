@@ -12,7 +12,8 @@
 //!   owns it (`owner`), or a freer that just claimed it from FULL (`owner`
 //!   0) until it hands it on. Only the owner touches `local_free`, `inuse`,
 //!   the links, and writes `carved`; any other thread frees by pushing onto
-//!   the remote list with one CAS (`push_remote`).
+//!   the remote list with one CAS (`push_remote`; a sheaf's flush pushes a
+//!   run of blocks linked already, `push_remote_run`).
 //! - FULL (the word is 0): no owner, on no list, no free object. The first
 //!   free claims it with one CAS (`try_claim_full`, no lock), then gives it
 //!   back to the heap that filled it (`give_back`, onto that heap's
@@ -148,7 +149,8 @@ pub struct Slab {
     /// Owner-private: whether this OWNED slab is on its owner's partial list.
     pub on_partial: Cell<bool>,
     /// `class` times `CLASS_SCALE`, the size of a heap's per-class part: the
-    /// free fast path finds its class heap with one load, no shift.
+    /// free fast path finds its class heap with one load, no shift
+    /// (`NO_SHEAF_OFFSET` for the heap profile's slabs).
     pub heap_offset: Cell<u16>,
     /// The state (low bits) and the remote free list (encoded links).
     pub word: StateWord,
@@ -340,11 +342,28 @@ impl Slab {
     /// As for `free_object`; `secret` is `freelist::secret()`.
     #[inline(always)]
     pub unsafe fn free_object_with(&self, secret: usize, p: *mut u8) -> bool {
-        invariant!(self.inuse.get() != 0);
-        // SAFETY: per the contract, `p` is ours to write, and the list too.
-        unsafe { set_next_with(secret, p, self.local_free.get()) };
-        self.local_free.set(p);
-        let inuse = self.inuse.get() - 1;
+        // SAFETY: per the contract, a run of one.
+        unsafe { self.free_run_with(secret, p, p, 1) }
+    }
+
+    /// `free_object_with` for a run of `n` blocks linked already, `head`
+    /// to `tail` (a sheaf's flush): one splice onto `local_free`.
+    ///
+    /// # Safety
+    /// As for `free_object`, for every block of the run.
+    #[inline(always)]
+    pub unsafe fn free_run_with(
+        &self,
+        secret: usize,
+        head: *mut u8,
+        tail: *mut u8,
+        n: u32,
+    ) -> bool {
+        invariant!(self.inuse.get() >= n);
+        // SAFETY: per the contract, `tail` is ours to write, and the list too.
+        unsafe { set_next_with(secret, tail, self.local_free.get()) };
+        self.local_free.set(head);
+        let inuse = self.inuse.get() - n;
         self.inuse.set(inuse);
         inuse == 0
     }
@@ -399,33 +418,55 @@ impl Slab {
     /// that tries again keeps the `looks_free` it read first.
     #[inline]
     pub fn push_remote(&self, p: *mut u8, me: usize, looks_free: bool) -> Push {
-        // Acquire (here and on a failed CAS below): pairs with the Release
-        // that made the slab FULL (`try_make_full`, `make_full_from_listed`).
-        // The callers do not rely on it: the claim that follows acquires
-        // for itself (`try_claim_full`), and the push reads nothing that
-        // another thread publishes (`div` and `carved` were written before
-        // `p` was allocated; the links of earlier freers reach the owner
-        // through its Acquire swap, the freers' CASes being one release
-        // sequence). The model passes with both Relaxed.
-        let mut r = self.word.0.load(Ordering::Acquire);
-        while r & TAG_MASK == OWNED_TAG {
-            // Acquire: pairs with `give_back`'s Release of the owner.
-            if self.owner.load(Ordering::Acquire) == me {
-                return Push::Mine;
-            }
+        self.push_remote_run(p, p, me, || {
             if !self.is_object_start(p) {
                 invalid_free(p);
             }
             if looks_free {
                 double_free(p);
             }
-            // SAFETY: `p` is a live object the caller gives up.
-            unsafe { set_next(p, remote_list(r)) };
-            // Release: publishes the link; pairs with the owner's Acquire
+        })
+    }
+
+    /// `push_remote` for a run of blocks linked already, `head` to `tail`
+    /// (a sheaf's flush: blocks of one slab one after another), with one
+    /// CAS; `check` runs once the slab is known to be another heap's
+    /// OWNED one, before the first link is written (the caller's checks of
+    /// the blocks). The run's blocks are live objects of this slab that
+    /// the caller gives up.
+    #[inline]
+    pub fn push_remote_run(
+        &self,
+        head: *mut u8,
+        tail: *mut u8,
+        me: usize,
+        check: impl FnOnce(),
+    ) -> Push {
+        // Acquire (here and on a failed CAS below): pairs with the Release
+        // that made the slab FULL (`try_make_full`, `make_full_from_listed`).
+        // The callers do not rely on it: the claim that follows acquires
+        // for itself (`try_claim_full`), and the push reads nothing that
+        // another thread publishes (`div` and `carved` were written before
+        // the blocks were allocated; the links of earlier freers reach the
+        // owner through its Acquire swap, the freers' CASes being one
+        // release sequence). The model passes with both Relaxed.
+        let mut r = self.word.0.load(Ordering::Acquire);
+        let mut check = Some(check);
+        while r & TAG_MASK == OWNED_TAG {
+            // Acquire: pairs with `give_back`'s Release of the owner.
+            if self.owner.load(Ordering::Acquire) == me {
+                return Push::Mine;
+            }
+            if let Some(check) = check.take() {
+                check();
+            }
+            // SAFETY: `tail` is a live object the caller gives up.
+            unsafe { set_next(tail, remote_list(r)) };
+            // Release: publishes the links; pairs with the owner's Acquire
             // swap in `take_remote` or `begin_listing`.
             match self.word.0.compare_exchange(
                 r,
-                p as usize | OWNED_TAG,
+                head as usize | OWNED_TAG,
                 Ordering::Release,
                 Ordering::Acquire,
             ) {
@@ -567,9 +608,30 @@ impl Slab {
         invariant!(self.state() == State::Listed);
         invariant!(self.inuse.get() == 0);
         self.check();
+        // Nothing carved: the free fast path's slot test now refuses every
+        // block of the slab, so no sheaf takes one (`stop_invalid_free`
+        // tells a double free from an invalid pointer). Relaxed, as
+        // `carved`'s other stores.
+        self.carved.store(0, Ordering::Relaxed);
         // Relaxed: freers of its objects (all invalid now) read it after
         // taking the node lock we hold, or see FREE and stop.
         self.word.0.store(FREE_WORD, Ordering::Relaxed);
+    }
+
+    /// Whether `p` is the start of an object slot of this slab, carved or
+    /// not (for a FREE slab: a block it once held, so a double free).
+    pub fn is_slot_start(&self, p: *mut u8) -> bool {
+        let offset = (p as usize & (SLAB_BYTES - 1)) as u32;
+        self.div.get().is_slot_below(offset, self.objects.get())
+    }
+
+    /// OWNED by the heap profile, just made: every free of its blocks must
+    /// reach the free slow path, which hands them to the profile, so the
+    /// free fast path is sent to the class heap that never has a sheaf.
+    pub fn keep_off_sheaves(&self) {
+        invariant!(self.state() == State::Owned);
+        self.heap_offset
+            .set(crate::size_class::NO_SHEAF_OFFSET as u16);
     }
 
     /// Checks, in debug builds, that the slab's counts agree with its local
@@ -598,25 +660,6 @@ impl Slab {
     pub fn is_object_start(&self, p: *mut u8) -> bool {
         let offset = (p as usize & (SLAB_BYTES - 1)) as u32;
         // Relaxed: see `carved`.
-        let carved = self.carved.load(Ordering::Relaxed);
-        self.div.get().is_slot_below(offset, carved)
-    }
-
-    /// `is_object_start` for the thread that owns the slab (the free fast
-    /// path): `carved` is read with a plain load, which the compiler folds
-    /// into the compare (a Relaxed atomic load it keeps as a separate `mov`,
-    /// one instruction more per free, measured with ci/callgrind.sh).
-    ///
-    /// # Safety
-    /// The calling thread owns the slab, so it is the only writer of
-    /// `carved`; other threads only read it (atomically), which is no race.
-    #[inline(always)]
-    pub unsafe fn is_object_start_owned(&self, p: *mut u8) -> bool {
-        let offset = (p as usize & (SLAB_BYTES - 1)) as u32;
-        // SAFETY: per the contract, no other thread writes `carved` now.
-        #[cfg(not(loom))]
-        let carved = unsafe { *self.carved.as_ptr() };
-        #[cfg(loom)]
         let carved = self.carved.load(Ordering::Relaxed);
         self.div.get().is_slot_below(offset, carved)
     }

@@ -51,8 +51,11 @@ stat_fields! {
     object_size: Some(("size", 6));
     /// Objects one slab of the class holds.
     objects_per_slab: None;
-    /// Blocks handed out and not yet freed.
+    /// Blocks handed out and not yet freed: held by the program.
     objects_in_use: Some(("in_use", 10));
+    /// Freed blocks waiting in threads' sheaves, to be handed out again or
+    /// flushed back to their slabs (in use from their slabs' view).
+    sheaf_objects: Some(("sheaf", 6));
     /// Object slots in all slabs of the class.
     objects_total: Some(("total", 10));
     /// Slabs the class holds.
@@ -65,11 +68,18 @@ stat_fields! {
     node_partial_slabs: Some(("npart", 5));
     /// Free objects on the node partial list, kept as slabs enter and leave it.
     partial_free_objects: Some(("partfree", 8));
-    /// Allocations served by the fast path.
+    /// Allocations served from a thread's sheaf (the block it freed last).
+    alloc_sheaf: Some(("al_sheaf", 11));
+    /// Frees into a thread's sheaf.
+    free_sheaf: Some(("fr_sheaf", 11));
+    /// Blocks flushed from sheaves back to their slabs (each also counted
+    /// as the slab-level free that took it: fast, slow or remote).
+    sheaf_flushed: Some(("flushed", 10));
+    /// Allocations served by the fast path from the active slab.
     alloc_fast: Some(("alloc_fast", 11));
     /// Allocations that took the slow path.
     alloc_slow: Some(("alloc_slow", 10));
-    /// Frees by the slab's owner on the fast path.
+    /// Frees into a slab by its owner (flushes of sheaves included).
     free_fast: Some(("free_fast", 11));
     /// Frees through the slow path (claims of full slabs, frees into listed ones).
     free_slow: Some(("free_slow", 9));
@@ -92,9 +102,21 @@ stat_fields! {
 }
 
 impl CacheStats {
+    /// Allocations of the class: from sheaves, fast and slow.
+    pub fn allocs(&self) -> u64 {
+        self.alloc_sheaf + self.alloc_fast + self.alloc_slow
+    }
+
+    /// Frees of the class by the program: into sheaves, and into slabs
+    /// less the sheaves' blocks flushed into them.
+    pub fn frees(&self) -> u64 {
+        (self.free_sheaf + self.free_fast + self.free_slow + self.free_remote)
+            .wrapping_sub(self.sheaf_flushed)
+    }
+
     /// Whether the class has ever been used.
     pub fn in_use(&self) -> bool {
-        self.slabs > 0 || self.alloc_fast + self.alloc_slow > 0
+        self.slabs > 0 || self.allocs() > 0
     }
 }
 
@@ -176,8 +198,16 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.free_fast = e(Ev::FreeFast);
         c.free_slow = e(Ev::FreeSlow) + on_node(&node.frees_listed);
         c.free_remote = e(Ev::FreeRemote);
-        c.objects_in_use =
-            (c.alloc_fast + c.alloc_slow).wrapping_sub(c.free_fast + c.free_slow + c.free_remote);
+        c.alloc_sheaf = e(Ev::AllocSheaf);
+        c.free_sheaf = e(Ev::FreeSheaf);
+        c.sheaf_flushed = e(Ev::SheafFlushed);
+        // A block in a sheaf is in use from its slab's view: what the
+        // slabs count as handed out, less what waits in sheaves.
+        c.sheaf_objects = c
+            .free_sheaf
+            .wrapping_sub(c.alloc_sheaf)
+            .wrapping_sub(c.sheaf_flushed);
+        c.objects_in_use = c.allocs().wrapping_sub(c.frees());
         c.refill_own = e(Ev::RefillOwn);
         c.refill_partial = e(Ev::RefillPartial);
         c.refill_node = e(Ev::RefillNode);

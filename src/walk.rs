@@ -16,8 +16,10 @@ use crate::sync::Ordering;
 /// What the walk found for one size class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalkedCache {
-    /// Objects neither free on a list nor uncarved.
+    /// Objects neither free on a list nor uncarved, nor in a sheaf.
     pub objects_in_use: u64,
+    /// Objects in threads' sheaves.
+    pub sheaf_objects: u64,
     /// Slabs in use in the segments.
     pub slabs: u64,
     /// Slabs on threads' partial lists.
@@ -44,7 +46,8 @@ pub fn walk() -> Walk {
     let mut caches = [WalkedCache::default(); NUM_CLASSES];
     let mut detached = [0u64; NUM_CLASSES];
     let mut thread_partial = [0u64; NUM_CLASSES];
-    crate::heap::walk_heaps(&mut detached, &mut thread_partial);
+    let mut sheaves = [0u64; NUM_CLASSES];
+    crate::heap::walk_heaps(&mut detached, &mut thread_partial, &mut sheaves);
     for (class, node) in NODES.iter().enumerate() {
         let _g = node.lock.guard();
         let w = &mut caches[class];
@@ -71,7 +74,8 @@ pub fn walk() -> Walk {
         free_on_slabs[class] += free as u64;
     });
     for class in 0..NUM_CLASSES {
-        caches[class].objects_in_use -= free_on_slabs[class] + detached[class];
+        caches[class].objects_in_use -= free_on_slabs[class] + detached[class] + sheaves[class];
+        caches[class].sheaf_objects = sheaves[class];
     }
     Walk {
         caches,
@@ -107,6 +111,7 @@ fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
     for (c, got) in s.caches().zip(w.caches.iter()) {
         let kept = WalkedCache {
             objects_in_use: c.objects_in_use,
+            sheaf_objects: c.sheaf_objects,
             slabs: c.slabs,
             thread_partial_slabs: c.thread_partial_slabs,
             node_partial_slabs: c.node_partial_slabs,

@@ -20,11 +20,14 @@ pub const TRIES: u32 = 1000;
 /// Per-class events in a counter block, in `counters::Ev`'s order.
 #[derive(Clone, Copy)]
 enum Ev {
+    AllocSheaf,
+    FreeSheaf,
     AllocFast,
     AllocSlow,
     FreeFast,
     FreeSlow,
     FreeRemote,
+    SheafFlushed,
     RefillOwn,
     RefillPartial,
     RefillNode,
@@ -32,7 +35,7 @@ enum Ev {
     SlabsFreed,
     ThreadPartial,
 }
-const EVENTS: usize = 11;
+const EVENTS: usize = 14;
 
 /// The anchor, as version 1 lays it out (src/anchor.rs).
 #[derive(Debug, Default)]
@@ -135,16 +138,20 @@ impl Anchor {
 }
 
 /// One size class, the fields of the in-process `CacheStats` in its order.
-pub const CACHE_FIELDS: [&str; 21] = [
+pub const CACHE_FIELDS: [&str; 25] = [
     "object_size",
     "objects_per_slab",
     "objects_in_use",
+    "sheaf_objects",
     "objects_total",
     "slabs",
     "partial_slabs",
     "thread_partial_slabs",
     "node_partial_slabs",
     "partial_free_objects",
+    "alloc_sheaf",
+    "free_sheaf",
+    "sheaf_flushed",
     "alloc_fast",
     "alloc_slow",
     "free_fast",
@@ -183,16 +190,19 @@ pub const TOTALS_FIELDS: [&str; 16] = [
 pub mod field {
     pub const OBJECT_SIZE: usize = 0;
     pub const IN_USE: usize = 2;
-    pub const TOTAL: usize = 3;
-    pub const SLABS: usize = 4;
-    pub const PARTIAL_SLABS: usize = 5;
-    pub const THREAD_PARTIAL: usize = 6;
-    pub const PARTIAL_FREE: usize = 8;
-    pub const ALLOC_FAST: usize = 9;
-    pub const ALLOC_SLOW: usize = 10;
-    pub const FREE_FAST: usize = 11;
-    pub const FREE_SLOW: usize = 12;
-    pub const FREE_REMOTE: usize = 13;
+    pub const TOTAL: usize = 4;
+    pub const SLABS: usize = 5;
+    pub const PARTIAL_SLABS: usize = 6;
+    pub const THREAD_PARTIAL: usize = 7;
+    pub const PARTIAL_FREE: usize = 9;
+    pub const ALLOC_SHEAF: usize = 10;
+    pub const FREE_SHEAF: usize = 11;
+    pub const FLUSHED: usize = 12;
+    pub const ALLOC_FAST: usize = 13;
+    pub const ALLOC_SLOW: usize = 14;
+    pub const FREE_FAST: usize = 15;
+    pub const FREE_SLOW: usize = 16;
+    pub const FREE_REMOTE: usize = 17;
 }
 
 /// Indices into the totals.
@@ -210,7 +220,7 @@ pub mod total {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
-    pub caches: Vec<[u64; 21]>,
+    pub caches: Vec<[u64; 25]>,
     pub totals: [u64; 16],
     /// Tries it took.
     pub tries: u32,
@@ -218,8 +228,9 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Whether the class has ever been used (`CacheStats::in_use`).
-    pub fn class_used(c: &[u64; 21]) -> bool {
-        c[field::SLABS] > 0 || c[field::ALLOC_FAST] + c[field::ALLOC_SLOW] > 0
+    pub fn class_used(c: &[u64; 25]) -> bool {
+        c[field::SLABS] > 0
+            || c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW] > 0
     }
 }
 
@@ -435,9 +446,14 @@ impl Reader {
             let free_fast = e(Ev::FreeFast);
             let free_slow = e(Ev::FreeSlow).wrapping_add(frees_listed);
             let free_remote = e(Ev::FreeRemote);
+            let alloc_sheaf = e(Ev::AllocSheaf);
+            let free_sheaf = e(Ev::FreeSheaf);
+            let flushed = e(Ev::SheafFlushed);
+            let in_sheaves = free_sheaf.wrapping_sub(alloc_sheaf).wrapping_sub(flushed);
             let in_use = alloc_fast
                 .wrapping_add(alloc_slow)
-                .wrapping_sub(free_fast.wrapping_add(free_slow).wrapping_add(free_remote));
+                .wrapping_sub(free_fast.wrapping_add(free_slow).wrapping_add(free_remote))
+                .wrapping_sub(in_sheaves);
             let allocated = e(Ev::SlabsNew).wrapping_add(slabs_new);
             let freed = e(Ev::SlabsFreed).wrapping_add(slabs_freed);
             let slabs = allocated.wrapping_sub(freed);
@@ -446,12 +462,16 @@ impl Reader {
                 object_size,
                 per_slab,
                 in_use,
+                in_sheaves,
                 slabs.wrapping_mul(per_slab),
                 slabs,
                 thread_partial.wrapping_add(nr_partial),
                 thread_partial,
                 nr_partial,
                 free_objects,
+                alloc_sheaf,
+                free_sheaf,
+                flushed,
                 alloc_fast,
                 alloc_slow,
                 free_fast,

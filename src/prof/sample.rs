@@ -197,6 +197,7 @@ fn take_block(heap: &Heap, class: usize, debug: bool) -> *mut u8 {
     // SAFETY: a free slab from the segment lock is ours alone.
     let slab = unsafe { &*s };
     slab.init(class, prof_owner());
+    slab.keep_off_sheaves();
     c.ev.inc(Ev::SlabsNew);
     slab.next.set(c.active.get());
     c.active.set(s);

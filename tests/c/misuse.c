@@ -4,7 +4,8 @@
  *
  * sets up CASE, prints the address it is about to misuse (`%p`, the first
  * line of stdout), then misuses it with OP; a process that gets past the
- * misuse prints "survived". tests/processes/misuse.rs runs it with the
+ * misuse prints "survived" (flushed at once: a stop at exit comes after
+ * it). tests/processes/misuse.rs runs it with the
  * allocator preloaded and expects death by SIGABRT after one
  * "slubmalloc: " line that names the misuse and that address.
  *
@@ -31,12 +32,22 @@
  * were valid, or 20), `usable` (malloc_usable_size), and for the
  * cases that corrupt a free list, `alloc` (allocate the class again until
  * the corrupted block comes up; the default there) or `trim`
- * (malloc_trim(0), which hands the thread's lists to the node lists).
+ * (malloc_trim(0), which hands the thread's lists to the node lists),
+ * and for the sheaf cases, after their last free: `alloc` (the default;
+ * a block handed out twice is reported on stdout, "handed out ... twice"),
+ * `trim`, `flush` (frees other blocks of the class, `old`, until the
+ * sheaf overflows and flushes its oldest half), `exit` (exit(0) at once:
+ * the check of the sheaves at process exit), `full` (frees as many
+ * blocks as the sheaf holds, 32, before the last free, so that the block
+ * of the active slab meets a full sheaf and goes into its slab).
  *
  * CASE (the block sizes are chosen so that a cold class stays cold: libc
  * and this program allocate few blocks of them):
  *   double_free            free(a); free(a)
  *   double_free_between    free(a); free(b); free(a)
+ *   double_free_8          double_free in the 8-byte class, which has no
+ *                          sheaf (no room for a tag): frees go into the
+ *                          block's slab as before sheaves
  *   double_free_exit       free(a); free(a); exit(0) at once, "survived"
  *                          never printed: the second free must stop it
  *   double_free_after_remote   another thread frees a; then free(a)
@@ -45,12 +56,14 @@
  *                          comes from another slab); free(a); free(a)
  *   double_free_flushed    free(a); malloc_trim(0) (a goes back to its
  *                          slab on the node list, b keeps the slab in use);
- *                          free(a)
+ *                          free(a) (warm: into the sheaf, which does not
+ *                          read it; "survived", then the stop at exit)
  *   double_free_emptied    every block of a's slab freed, so that the slab
  *                          went back to its segment (cold: a and b, then
  *                          malloc_trim(0); warm: forty slabs' worth); free(a)
  *   double_free_large      a 1 MiB block (its own mapping) freed twice
  *   interior               p + 8 of malloc(64)
+ *   interior_8             p + 4 of malloc(8) (the 8-byte class: no sheaf)
  *   interior_large         p + 4096 of malloc(1 MiB)
  *   never_carved           p + 16384 for p = malloc(16): the start of a
  *                          slot of p's slab that was never carved (slabs
@@ -58,10 +71,11 @@
  *   stack, global          a stack array, a global array
  *   made_up                an unmapped address nobody allocated
  *   foreign_mmap           a page the program mapped itself
- *   overwritten_link       free(p); free(q); then p's first word (the
- *                          free-list link) overwritten with data; q, the
- *                          list's head, if handed out again, is reported
- *                          on stdout ("handed out")
+ *   overwritten_link       free(p); free(q); then p's first two words
+ *                          (the free-list link, or the tag of a block in
+ *                          a sheaf) overwritten with data; q, the list's
+ *                          head, if handed out again, is reported on
+ *                          stdout ("handed out")
  *   overflow               (SLUBMALLOC_DEBUG=1) p[24] written past
  *                          malloc(24), a block freed and allocated again:
  *                          the red zone
@@ -70,6 +84,29 @@
  *                          the size word behind it, in a 48-byte slot
  *   write_after_free       (SLUBMALLOC_DEBUG=1) p[8] written after
  *                          free(p): the poison, checked on reuse
+ *
+ * The sheaf cases (src/sheaf.rs): a warm class's free of a block of any
+ * slab but the thread's active one goes into the thread's sheaf, tagged
+ * (bytes 8..16), unread; the checks come when the block leaves it. Their
+ * blocks are 48 bytes: `target` and `old` are allocated first, then the
+ * class until a block comes from another slab (warm: the slab of target
+ * and old is FULL, not the active one; cold: target alone, no old):
+ *   double_free_sheaf      free(a); free(a): the sheaf's top
+ *   double_free_sheaf_between  free(a); free(b); free(a); OP
+ *   double_free_sheaf_flushed  free(a); malloc_trim(0) (a flushed back to
+ *                          its slab, onto a free list); free(a); OP
+ *   double_free_other_sheaf    a, of this thread's active slab, freed by
+ *                          a thread whose class is warm (into its sheaf)
+ *                          that stays alive; then free(a) here (OP
+ *                          `free`, or `full`)
+ *   double_free_two_sheaves    as double_free_other_sheaf, a not of this
+ *                          thread's active slab: free(a) here goes into this
+ *                          thread's sheaf too (not stopped: the sheaf reads
+ *                          nothing), malloc here hands a out ("malloc
+ *                          returned it"), then the other thread allocates: its pop
+ *                          meets a, whose tag the first pop cleared
+ *   sheaf_tag_written      free(a); bytes 8..16 of a (its tag) written
+ *                          (by another thread if WHERE says so); OP
  *   untouched              no misuse (a control): blocks that come back
  *                          off the free lists are freed without being
  *                          written, by their thread and by another one;
@@ -82,6 +119,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define WARM 200
 #define AGAIN 4096
@@ -120,21 +158,70 @@ static void warm_up(void) {
         kept[i] = must_malloc(size);
 }
 
+/* Says the process got past its misuse, at once: a check that stops it
+ * later, at exit, must not pass for one that stopped the misuse. */
+static void survived(void) {
+    puts("survived");
+    fflush(stdout);
+}
+
 static void announce(void *p) {
     printf("%p\n", p);
     fflush(stdout);
 }
 
-/* Allocates the class again until the block at `target` would have come up. */
+/* Allocates the class again until the block at `target` would have come
+ * up; reports `second` handed out, or `target` handed out twice. */
 void *held[AGAIN];
 static void allocate_again(void) {
+    int target_seen = 0;
     for (int i = 0; i < AGAIN; i++) {
         held[i] = malloc(size);
-        if (second && held[i] == second) {
-            printf("handed out %p\n", held[i]);
+        if ((second && held[i] == second) || (held[i] == target && ++target_seen == 2)) {
+            printf("handed out %p%s\n", held[i], held[i] == target ? " twice" : "");
             fflush(stdout);
         }
     }
+}
+
+/* Blocks of the sheaf cases: `target` and `old`, then the class until a
+ * block comes from another slab, so that (warm) theirs is not the active
+ * slab and their frees go into the sheaf. */
+#define OLD 64
+#define SHEAF_CAP 32 /* size_class::SHEAF_CAP of the 48-byte class */
+static char *old[OLD];
+static void leave_active_slab(void) {
+    size = 48;
+    warm_up();
+    target = must_malloc(size);
+    if (!warm())
+        return; /* a cold class stays cold: no old blocks */
+    for (int i = 0; i < OLD; i++)
+        old[i] = must_malloc(size);
+    uintptr_t slab = (uintptr_t)target >> 16;
+    for (int i = 0; i < OLD; i++)
+        if ((uintptr_t)old[i] >> 16 != slab) {
+            fprintf(stderr, "setup: the old blocks span two slabs\n");
+            exit(5);
+        }
+    for (int i = 0; i < 4 * 65536 / 48; i++)
+        if ((uintptr_t)must_malloc(size) >> 16 != slab)
+            return;
+    fprintf(stderr, "setup: the slab never filled up\n");
+    exit(5);
+}
+
+/* OP `flush`: the old blocks but the first (`b` of the cases), more than
+ * a sheaf holds. */
+static void free_old(void) {
+    for (int i = 1; i < OLD; i++)
+        free(old[i]);
+}
+
+/* OP `full`: as many old blocks as the sheaf holds. */
+static void fill_sheaf(void) {
+    for (int i = 0; i < SHEAF_CAP; i++)
+        free(old[i]);
 }
 
 /* OP, on `target`. */
@@ -150,6 +237,13 @@ static void do_op(void) {
         allocate_again();
     } else if (is(op, "trim")) {
         malloc_trim(0);
+    } else if (is(op, "flush")) {
+        free_old();
+    } else if (is(op, "exit")) {
+        exit(0);
+    } else if (is(op, "full")) {
+        fill_sheaf();
+        free(target);
     } else {
         fprintf(stderr, "unknown op %s\n", op);
         exit(2);
@@ -194,8 +288,61 @@ static void free_target_and_exit(void) {
 static void free_and_overwrite_target(void) {
     free(target);
     free(second); /* the list's head now, the target behind it */
-    uint64_t data = 0x4141414141414141ull;
-    memcpy(target, &data, sizeof data);
+    /* The first two words: the link of a block on a free list, the tag
+     * of a block in a sheaf (src/sheaf.rs). */
+    uint64_t data[2] = {0x4141414141414141ull, 0x4141414141414141ull};
+    memcpy(target, data, sizeof data);
+}
+
+/* The last free of a sheaf case, then OP. */
+static void free_target_then_op(void) {
+    free(target);
+    do_op();
+}
+
+/* sheaf_tag_written: bytes 8..16 of the freed target. */
+static void write_target_tag(void) {
+    memset(target + 8, 0x41, 8);
+}
+
+/* double_free_other_sheaf: a thread whose class is warm frees the target
+ * into its sheaf, says so, and waits for the process to end (its exit
+ * would flush the sheaf). */
+static int other_sheaf_pipe[2], go_pipe[2];
+void *other_kept[WARM];
+static void *free_into_other_sheaf(void *arg) {
+    (void)arg;
+    for (int i = 0; i < WARM; i++)
+        other_kept[i] = must_malloc(size);
+    free(target);
+    if (write(other_sheaf_pipe[1], "x", 1) != 1)
+        exit(3);
+    char x;
+    /* double_free_two_sheaves: told to, allocates once, from its sheaf. */
+    if (read(go_pipe[0], &x, 1) == 1) {
+        if (malloc(size) == target) {
+            printf("handed out %p twice\n", target);
+            fflush(stdout);
+        }
+        if (write(other_sheaf_pipe[1], "x", 1) != 1)
+            exit(3);
+    }
+    for (;;)
+        pause();
+    return NULL;
+}
+
+/* Starts the thread of double_free_other_sheaf and waits for its free. */
+static int free_in_other_sheaf(void) {
+    if (pipe(other_sheaf_pipe) != 0 || pipe(go_pipe) != 0)
+        return 3;
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_into_other_sheaf, NULL) != 0)
+        return 3;
+    char x;
+    if (read(other_sheaf_pipe[0], &x, 1) != 1)
+        return 3;
+    return 0;
 }
 
 /* Blocks reused off the free lists, freed unwritten (the `untouched`
@@ -209,8 +356,8 @@ static void free_reused(void) {
 /* Sets up case `c` and commits its misuse; returns the exit status. */
 static int run_case(const char *c, int argc) {
     void (*misuse)(void) = do_op; /* the last step, in another thread if remote */
-    if (is(c, "double_free") || is(c, "double_free_exit")) {
-        size = 48;
+    if (is(c, "double_free") || is(c, "double_free_exit") || is(c, "double_free_8")) {
+        size = is(c, "double_free_8") ? 8 : 48;
         warm_up();
         target = must_malloc(size);
         announce(target);
@@ -273,10 +420,10 @@ static int run_case(const char *c, int argc) {
         target = must_malloc(size);
         announce(target);
         free(target);
-    } else if (is(c, "interior")) {
-        size = 64;
+    } else if (is(c, "interior") || is(c, "interior_8")) {
+        size = is(c, "interior_8") ? 8 : 64;
         warm_up();
-        target = (char *)must_malloc(size) + 8;
+        target = (char *)must_malloc(size) + (size == 8 ? 4 : 8);
         announce(target);
     } else if (is(c, "interior_large")) {
         size = 1 << 20;
@@ -293,7 +440,7 @@ static int run_case(const char *c, int argc) {
         target = stack_buffer + 16;
         announce(target);
         in_thread(misuse, remote());
-        puts("survived");
+        survived();
         return stack_buffer[0] - 1;
     } else if (is(c, "global")) {
         target = global_buffer;
@@ -319,7 +466,7 @@ static int run_case(const char *c, int argc) {
          * thread's refill then takes them off the slab's remote list. */
         in_thread(free_and_overwrite_target, remote());
         do_op();
-        puts("survived");
+        survived();
         return 0;
     } else if (is(c, "overflow")) {
         size = 24;
@@ -348,7 +495,58 @@ static int run_case(const char *c, int argc) {
         free(target);
         target[8] = 0x41;
         do_op();
-        puts("survived");
+        survived();
+        return 0;
+    } else if (is(c, "double_free_sheaf")) {
+        leave_active_slab();
+        announce(target);
+        free(target);
+    } else if (is(c, "double_free_sheaf_between")) {
+        if (argc <= 3)
+            op = "alloc";
+        leave_active_slab();
+        announce(target);
+        free(target);
+        free(old[0]);
+        misuse = free_target_then_op;
+    } else if (is(c, "double_free_sheaf_flushed")) {
+        if (argc <= 3)
+            op = "alloc";
+        leave_active_slab();
+        announce(target);
+        free(target);
+        malloc_trim(0);
+        misuse = free_target_then_op;
+    } else if (is(c, "double_free_other_sheaf")) {
+        leave_active_slab();
+        target = must_malloc(size); /* warm: of the active slab */
+        announce(target);
+        if (free_in_other_sheaf() != 0)
+            return 3;
+    } else if (is(c, "double_free_two_sheaves")) {
+        leave_active_slab();
+        announce(target);
+        if (free_in_other_sheaf() != 0)
+            return 3;
+        free(target); /* warm: into this thread's sheaf, unread */
+        char *p = malloc(size);
+        printf("%s\n", p == target ? "malloc returned it" : "malloc did not return it");
+        fflush(stdout);
+        /* The other thread's allocation pops it from its own sheaf. */
+        char x;
+        if (write(go_pipe[1], "x", 1) != 1 || read(other_sheaf_pipe[0], &x, 1) != 1)
+            return 3;
+        survived();
+        return 0;
+    } else if (is(c, "sheaf_tag_written")) {
+        if (argc <= 3)
+            op = "alloc";
+        leave_active_slab();
+        announce(target);
+        free(target);
+        in_thread(write_target_tag, remote());
+        do_op();
+        survived();
         return 0;
     } else if (is(c, "untouched")) {
         size = 48;
@@ -360,14 +558,14 @@ static int run_case(const char *c, int argc) {
                 free_reused();
         }
         in_thread(free_reused, remote());
-        puts("survived");
+        survived();
         return 0;
     } else {
         fprintf(stderr, "unknown case %s\n", c);
         return 2;
     }
     in_thread(misuse, remote());
-    puts("survived");
+    survived();
     return 0;
 }
 

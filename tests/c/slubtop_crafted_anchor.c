@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { CLASSES = 64, EVENTS = 11 };
+enum { CLASSES = 64, EVENTS = 14, CLASS_HEAP = 448 };
 
 struct registry {
     void *live;
@@ -49,8 +49,9 @@ _Static_assert(sizeof(struct anchor) == 248, "version 1 is 248 bytes");
 static uint32_t class_bytes[CLASSES];
 static _Atomic uint64_t generation;
 static struct registry registry;
-/* One empty heap: 64 class heaps of 256 bytes, then the `next` link. */
-static uint64_t heap[CLASSES * 32 + 1];
+/* One empty heap: 64 class heaps of 448 bytes and the one without a
+ * sheaf, then the `next` link. */
+static uint64_t heap[(CLASSES + 1) * CLASS_HEAP / 8 + 1];
 static void *orphan = heap, *prof = heap;
 static uint64_t nodes[CLASSES * 10];
 static uint64_t zero;
@@ -62,7 +63,7 @@ __attribute__((used)) struct anchor slubmalloc_anchor = {
     __builtin_offsetof(struct registry, live), __builtin_offsetof(struct registry, retired),
     __builtin_offsetof(struct registry, threads_alive), __builtin_offsetof(struct registry, threads_exited),
     &orphan, &prof,
-    CLASSES * 256, 256, 0, 80,
+    (CLASSES + 1) * CLASS_HEAP, CLASS_HEAP, 0, 80,
     nodes,
     {0, 8, 16, 24, 32, 40, 48, 56},
     {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero},
@@ -100,7 +101,7 @@ int main(int argc, char **argv) {
             return 3;
     } else if (strcmp(mode, "loop") == 0) {
         registry.live = heap;
-        heap[CLASSES * 32] = (uintptr_t)heap;
+        heap[(CLASSES + 1) * CLASS_HEAP / 8] = (uintptr_t)heap;
     } else if (strcmp(mode, "v999") == 0) {
         slubmalloc_anchor.version = 999;
     }

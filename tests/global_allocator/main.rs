@@ -28,6 +28,7 @@ mod errno_kept;
 mod memory_lifecycle;
 mod random_ops;
 mod shared_slabs;
+mod sheaves;
 mod stats_exact;
 mod threads;
 

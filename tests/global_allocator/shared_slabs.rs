@@ -111,8 +111,8 @@ fn statistics_stay_exact_while_threads_share_slabs() {
     let s = slubmalloc::stats();
     for c in s.caches().filter(|c| c.in_use()) {
         assert_eq!(
-            c.alloc_fast + c.alloc_slow,
-            c.free_fast + c.free_slow + c.free_remote + c.objects_in_use,
+            c.allocs(),
+            c.frees() + c.objects_in_use,
             "class {} B",
             c.object_size
         );

@@ -382,8 +382,8 @@ pub(super) fn compare_counts(
             continue;
         }
         type Count = fn(&slubmalloc::CacheStats) -> u64;
-        let allocs: Count = |c| c.alloc_fast + c.alloc_slow;
-        let frees: Count = |c| c.free_fast + c.free_slow + c.free_remote;
+        let allocs: Count = |c| c.allocs();
+        let frees: Count = |c| c.frees();
         for (what, count, m, h) in [
             ("allocation", allocs, &model.allocs, &harness.allocs),
             ("free", frees, &model.frees, &harness.frees),

@@ -573,7 +573,7 @@ pub fn parse_json_report(
             "{size} B: total {c:?}"
         );
         assert!(
-            c["objects_in_use"] <= c["objects_total"],
+            c["objects_in_use"] + c["sheaf_objects"] <= c["objects_total"],
             "{size} B: more in use than exist {c:?}"
         );
         assert_eq!(
@@ -586,7 +586,8 @@ pub fn parse_json_report(
             "{size} B: more partial slabs than slabs {c:?}"
         );
         assert!(
-            c["partial_free_objects"] <= c["objects_total"] - c["objects_in_use"],
+            c["partial_free_objects"]
+                <= c["objects_total"] - c["objects_in_use"] - c["sheaf_objects"],
             "{size} B: more free objects on partial slabs than free objects {c:?}"
         );
         assert_eq!(
@@ -594,9 +595,18 @@ pub fn parse_json_report(
             c["slabs_allocated"] - c["slabs_freed"],
             "{size} B: slabs {c:?}"
         );
+        // The slabs count what they handed out and took back; the sheaves'
+        // blocks are in use from their view, not held by the program.
+        let from_slabs =
+            c["alloc_fast"] + c["alloc_slow"] - c["free_fast"] - c["free_slow"] - c["free_remote"];
         assert_eq!(
-            c["objects_in_use"],
-            c["alloc_fast"] + c["alloc_slow"] - c["free_fast"] - c["free_slow"] - c["free_remote"],
+            c["sheaf_objects"],
+            c["free_sheaf"] - c["alloc_sheaf"] - c["sheaf_flushed"],
+            "{size} B: in sheaves is frees into them less what left them {c:?}"
+        );
+        assert_eq!(
+            c["objects_in_use"] + c["sheaf_objects"],
+            from_slabs,
             "{size} B: in use is allocations minus frees {c:?}"
         );
         caches.insert(size, c);

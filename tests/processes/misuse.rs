@@ -37,7 +37,9 @@ const COLD_WARM_REMOTE: &[&str] = &["cold", "warm", "remote"];
 
 const DOUBLE_FREE: &[&str] = &["double free"];
 const INVALID: &[&str] = &["invalid pointer"];
-const CORRUPTED: &[&str] = &["corrupted free list", "free list corrupted"];
+/// A freed block overwritten: its free-list link, or its tag while it waits
+/// in a sheaf.
+const CORRUPTED: &[&str] = &["corrupted free list", "free list corrupted", "sheaf tag"];
 
 const DEBUG: &[(&str, &str)] = &[("SLUBMALLOC_DEBUG", "1")];
 /// The heap profile, sampling every block (a sampled block lives in a slab
@@ -88,18 +90,25 @@ fn hex_numbers(line: &str) -> Vec<u64> {
     found
 }
 
-/// Asserts the process died by SIGABRT after exactly one "slubmalloc: " line
-/// on stderr that contains one of `names` and an address in `lo..=hi`.
+/// Asserts the process died by SIGABRT at its misuse (it never printed
+/// "survived") after exactly one "slubmalloc: " line on stderr that
+/// contains one of `names` and an address in `lo..=hi`.
 fn assert_stopped(what: &str, o: &Output, names: &[&str], lo: u64, hi: u64) {
+    assert!(
+        !common::stdout(o).contains("survived"),
+        "{what}: the program ran past its misuse\n{}",
+        common::describe(o)
+    );
+    assert_stopped_by_exit(what, o, names, lo, hi);
+}
+
+/// `assert_stopped`, but the program may have run past its misuse: the
+/// stop may come later, at exit at the latest.
+fn assert_stopped_by_exit(what: &str, o: &Output, names: &[&str], lo: u64, hi: u64) {
     assert_eq!(
         o.status.signal(),
         Some(SIGABRT),
         "{what}: expected death by SIGABRT\n{}",
-        common::describe(o)
-    );
-    assert!(
-        !common::stdout(o).contains("survived"),
-        "{what}: the program ran past its misuse\n{}",
         common::describe(o)
     );
     let err = common::stderr(o);
@@ -164,6 +173,8 @@ fn free_stopped(case: &str, places: &[&str], names: &[&str]) {
 #[test]
 fn double_free_twice_in_a_row_is_stopped() {
     free_stopped("double_free", EVERYWHERE, DOUBLE_FREE);
+    // The 8-byte class has no sheaf: its frees go into the block's slab.
+    free_stopped("double_free_8", EVERYWHERE, DOUBLE_FREE);
 }
 
 #[test]
@@ -188,7 +199,25 @@ fn double_free_in_a_slab_that_filled_up_is_stopped() {
 
 #[test]
 fn double_free_of_a_block_flushed_back_to_its_slab_is_stopped() {
-    free_stopped("double_free_flushed", EVERYWHERE, DOUBLE_FREE);
+    free_stopped(
+        "double_free_flushed",
+        &["cold", "remote", "remote_new", "exiting"],
+        DOUBLE_FREE,
+    );
+    // Warm, the trim listed the block's slab: the second free goes into the
+    // sheaf, which reads nothing of the block, and the program runs on past
+    // it. The block, on its slab's free list, is caught when it leaves the
+    // sheaf: here at exit (the pop and the flush:
+    // `double_free_into_a_sheaf_of_a_block_flushed_back_to_its_slab_is_stopped`).
+    let o = run("double_free_flushed", "warm", "free", &[]);
+    let addr = printed_address(&o);
+    assert_stopped_by_exit(
+        "misuse double_free_flushed warm free",
+        &o,
+        DOUBLE_FREE,
+        addr,
+        addr,
+    );
 }
 
 #[test]
@@ -230,11 +259,146 @@ fn double_free_of_a_block_the_heap_profile_sampled_is_stopped() {
 }
 
 // ---------------------------------------------------------------------------
+// Double frees that meet a sheaf (`src/sheaf.rs`): a warm class's free of a
+// block of any slab but the active one goes into the thread's sheaf, tagged
+// and unread; the block is checked when it leaves the sheaf.
+
+/// All the states, and with another thread the only one with a heap: the
+/// sheaf cases' frees by another thread meet the free slow path.
+const WARM_REMOTE: &[&str] = &["warm", "remote", "remote_new"];
+const SHEAF_TAG: &[&str] = &["sheaf tag"];
+
+/// `stopped_with`, and no block handed out twice before the stop (the
+/// program reports one: "handed out ... twice").
+fn stopped_before_handed_out_twice(case: &str, places: &[&str], op: &str, names: &[&str]) {
+    stopped_with(case, places, op, &[], names, 0);
+    for place in places {
+        let o = run(case, place, op, &[]);
+        assert!(
+            !common::stdout(&o).contains("handed out"),
+            "misuse {case} {place} {op}: a block was handed out twice\n{}",
+            common::describe(&o)
+        );
+    }
+}
+
+#[test]
+fn double_free_into_a_sheaf_twice_in_a_row_is_stopped() {
+    // Warm: the sheaf's top; another thread: its free slow path finds the
+    // tag of a block that waits in this thread's sheaf.
+    free_stopped("double_free_sheaf", EVERYWHERE, DOUBLE_FREE);
+}
+
+#[test]
+fn double_free_in_a_sheaf_is_stopped_before_the_block_is_handed_out_twice() {
+    stopped_before_handed_out_twice(
+        "double_free_sheaf_between",
+        EVERYWHERE,
+        "alloc",
+        DOUBLE_FREE,
+    );
+}
+
+#[test]
+fn double_free_in_a_sheaf_is_stopped_by_the_flush_that_meets_it() {
+    for op in ["flush", "trim"] {
+        stopped_with(
+            "double_free_sheaf_between",
+            &["warm"],
+            op,
+            &[],
+            DOUBLE_FREE,
+            0,
+        );
+    }
+}
+
+#[test]
+fn double_free_in_a_sheaf_is_stopped_at_process_exit() {
+    stopped_with(
+        "double_free_sheaf_between",
+        &["warm"],
+        "exit",
+        &[],
+        DOUBLE_FREE,
+        0,
+    );
+}
+
+#[test]
+fn double_free_into_a_sheaf_of_a_block_flushed_back_to_its_slab_is_stopped() {
+    stopped_before_handed_out_twice(
+        "double_free_sheaf_flushed",
+        EVERYWHERE,
+        "alloc",
+        DOUBLE_FREE,
+    );
+    for op in ["flush", "trim", "exit"] {
+        stopped_with(
+            "double_free_sheaf_flushed",
+            &["warm"],
+            op,
+            &[],
+            DOUBLE_FREE,
+            0,
+        );
+    }
+}
+
+#[test]
+fn double_free_of_a_block_in_another_threads_sheaf_is_stopped() {
+    // Into this thread's active slab (warm), a full sheaf first (`full`:
+    // into the slab), or through the free slow path (cold, remote).
+    free_stopped(
+        "double_free_other_sheaf",
+        &["cold", "warm", "remote", "remote_new"],
+        DOUBLE_FREE,
+    );
+    stopped_with(
+        "double_free_other_sheaf",
+        &["warm"],
+        "full",
+        &[],
+        DOUBLE_FREE,
+        0,
+    );
+}
+
+#[test]
+fn double_free_into_two_threads_sheaves_is_stopped_before_the_block_is_handed_out_twice() {
+    // Warm, each free goes into a sheaf unread; this thread's allocation
+    // hands the block out (its tag cleared), the other thread's pop stops.
+    stopped_before_handed_out_twice(
+        "double_free_two_sheaves",
+        &["cold", "warm"],
+        "free",
+        DOUBLE_FREE,
+    );
+    let o = run("double_free_two_sheaves", "warm", "free", &[]);
+    assert!(
+        common::stdout(&o).contains("malloc returned it"),
+        "the block did not go through this thread's sheaf\n{}",
+        common::describe(&o)
+    );
+}
+
+#[test]
+fn a_write_over_the_sheaf_tag_of_a_freed_block_is_stopped() {
+    // Bytes 8..16 of a block in a sheaf, written by this thread or another;
+    // checked as the block leaves the sheaf: handed out, flushed, at exit.
+    stopped_before_handed_out_twice("sheaf_tag_written", WARM_REMOTE, "alloc", SHEAF_TAG);
+    for op in ["flush", "trim", "exit"] {
+        stopped_with("sheaf_tag_written", &["warm"], op, &[], SHEAF_TAG, 0);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Pointers that are not the start of a live block
 
 #[test]
 fn free_of_an_interior_pointer_is_stopped() {
     free_stopped("interior", EVERYWHERE, INVALID);
+    free_stopped("interior_8", EVERYWHERE, INVALID);
     free_stopped("interior_large", &["cold", "remote"], INVALID);
     stopped_with(
         "interior",

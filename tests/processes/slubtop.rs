@@ -315,6 +315,9 @@ fn slubtop_snapshots_of_a_churning_program_all_hold_the_invariants() {
                     .get(size)
                     .unwrap_or_else(|| panic!("class {size} B vanished"));
                 for f in [
+                    "alloc_sheaf",
+                    "free_sheaf",
+                    "sheaf_flushed",
                     "alloc_fast",
                     "alloc_slow",
                     "free_fast",

@@ -254,7 +254,7 @@ fn c_program_text_report_on_stderr_counts_exactly_the_live_blocks() {
         );
         // 2K allocated, K freed: the class saw both.
         assert_eq!(
-            row["alloc_fast"] + row["alloc_slow"],
+            row["al_sheaf"] + row["alloc_fast"] + row["alloc_slow"],
             2 * k as u64,
             "{row:?}"
         );
@@ -272,7 +272,11 @@ fn c_program_json_report_on_stderr_counts_exactly_the_live_blocks() {
     let (caches, totals) = parse_json_report(&ran.stderr);
     let c = &caches[&class_of(C_SIZE)];
     assert_eq!(c["objects_in_use"], k as u64, "{}", ran.stderr);
-    assert_eq!(c["alloc_fast"] + c["alloc_slow"], 2 * k as u64, "{c:?}");
+    assert_eq!(
+        c["alloc_sheaf"] + c["alloc_fast"] + c["alloc_slow"],
+        2 * k as u64,
+        "{c:?}"
+    );
     assert!(
         totals["bytes_in_use"] >= k as u64 * class_of(C_SIZE),
         "{totals:?}"
@@ -358,7 +362,7 @@ fn rust_program_text_report_counts_exactly_the_live_blocks() {
     let row = report.row(class_of(RUST_SIZE));
     assert_eq!(row["in_use"], k as u64, "{}", ran.stderr);
     assert_eq!(
-        row["alloc_fast"] + row["alloc_slow"],
+        row["al_sheaf"] + row["alloc_fast"] + row["alloc_slow"],
         2 * k as u64,
         "{row:?}"
     );
@@ -494,6 +498,10 @@ fn text_and_json_reports_agree_row_for_row() {
             ("tpart", "thread_partial_slabs"),
             ("npart", "node_partial_slabs"),
             ("partfree", "partial_free_objects"),
+            ("sheaf", "sheaf_objects"),
+            ("al_sheaf", "alloc_sheaf"),
+            ("fr_sheaf", "free_sheaf"),
+            ("flushed", "sheaf_flushed"),
             ("alloc_fast", "alloc_fast"),
             ("alloc_slow", "alloc_slow"),
             ("free_fast", "free_fast"),

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::freelist::{clear_link, get_next, init_secret};
+use crate::freelist::{clear_link, get_next, init_secret, set_next};
 use crate::node::Node;
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTES};
 use crate::slab::{Push, Slab, State, CLOSED};
@@ -20,6 +20,8 @@ const OWNER: usize = 0x1000;
 const OTHER: usize = 0x2000;
 /// A heap for which the slab's class is cold (`shared`).
 const COLD: usize = 0x3000;
+/// A second freer's heap.
+const THIRD: usize = 0x4000;
 
 /// A zeroed, segment-aligned region standing in for a segment: the
 /// descriptors at its start, slab 1's objects at 64 KiB. One per test (the
@@ -44,19 +46,30 @@ fn segment() -> usize {
 /// A class with four objects per slab: enough for two threads to free two
 /// objects each, few enough to keep the models small.
 fn class() -> usize {
+    class_with(4)
+}
+
+/// A class with `n` objects per slab.
+fn class_with(n: u32) -> usize {
     (0..NUM_CLASSES)
-        .find(|&c| objects_per_slab(c) == 4)
-        .expect("a class with four objects per slab")
+        .find(|&c| objects_per_slab(c) == n)
+        .expect("a class with that many objects per slab")
 }
 
 /// Slab 1 of the model's segment, FREE, with a descriptor made in this run
-/// (loom's atomics belong to one run). Dropped in place by `Scenario`.
+/// (loom's atomics belong to one run), for objects of `class`. Dropped in
+/// place by `Scenario`.
 struct Scenario {
     slab: *mut Slab,
+    class: usize,
 }
 
 impl Scenario {
     fn new() -> Scenario {
+        Scenario::with_class(class())
+    }
+
+    fn with_class(class: usize) -> Scenario {
         let slab = (segment() + core::mem::size_of::<Slab>()) as *mut Slab;
         // SAFETY: inside the region, aligned (the region is 4 MiB-aligned
         // and descriptors are 128-byte aligned multiples); the previous
@@ -64,9 +77,9 @@ impl Scenario {
         unsafe { slab.write(Slab::new_free()) };
         // SAFETY: just written.
         let start = unsafe { (*slab).start() } as usize;
-        let size = CLASS_BYTES[class()] as usize;
-        crate::links::track((0..objects_per_slab(class()) as usize).map(|i| start + i * size));
-        Scenario { slab }
+        let size = CLASS_BYTES[class] as usize;
+        crate::links::track((0..objects_per_slab(class) as usize).map(|i| start + i * size));
+        Scenario { slab, class }
     }
 
     fn slab(&self) -> &'static Slab {
@@ -75,13 +88,14 @@ impl Scenario {
         unsafe { &*self.slab }
     }
 
-    /// The slab, initialised for `class()` and owned by OWNER, with all four
+    /// The slab, initialised for its class and owned by OWNER, with all its
     /// objects carved and handed out; returns them.
     fn owned_and_all_in_use(&self) -> (&'static Slab, Vec<usize>) {
         let slab = self.slab();
-        slab.init(class(), OWNER);
-        let (mut list, n) = slab.carve(4);
-        assert_eq!(n, 4);
+        slab.init(self.class, OWNER);
+        let objects = objects_per_slab(self.class);
+        let (mut list, n) = slab.carve(objects);
+        assert_eq!(n, objects);
         slab.set_inuse_active();
         let mut objects = Vec::new();
         while !list.is_null() {
@@ -125,6 +139,74 @@ fn collect(mut list: *mut u8, into: &mut BTreeSet<usize>) {
         // SAFETY: a free object of the model's slab.
         list = unsafe { get_next(list) };
     }
+}
+
+/// The owner's refill of an active slab with no free object left: it
+/// collects the remote list (`Some`), or, if none came, makes the slab FULL
+/// (`None`).
+fn refill_or_make_full(slab: &Slab) -> Option<*mut u8> {
+    loop {
+        let list = slab.take_remote();
+        if !list.is_null() {
+            return Some(list);
+        }
+        if slab.try_make_full(OWNER) {
+            return None;
+        }
+    }
+}
+
+/// After frees raced `refill_or_make_full`: the objects free, either on the
+/// list the owner collected (the push came first: the slab never left
+/// OWNER), or on the slab a freer claimed from FULL and gave back to OWNER
+/// through `returned`. Checks the slab is OWNER's, OWNED, three in use.
+fn freed_as_it_went_full(
+    slab: &Slab,
+    collected: Option<*mut u8>,
+    returned: &AtomicPtr<Slab>,
+) -> BTreeSet<usize> {
+    let mut free = BTreeSet::new();
+    match collected {
+        Some(list) => {
+            collect(list, &mut free);
+            assert!(returned.load(Ordering::Relaxed).is_null());
+        }
+        None => {
+            assert_eq!(
+                returned.load(Ordering::Acquire),
+                slab as *const Slab as *mut Slab
+            );
+            assert_eq!(slab.inuse.get(), 3);
+            slab.check();
+            free = free_in_owned(slab);
+        }
+    }
+    assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
+    assert_eq!(slab.state(), State::Owned);
+    free
+}
+
+/// The end of a scenario where freers pushed onto the remote list of a slab
+/// the owner kept: once they have joined, the owner `collected` exactly
+/// `pushed` and nothing more came, its local list is just `local`, and the
+/// slab is still OWNED with its counts right.
+fn collected_all(
+    slab: &Slab,
+    freers: Vec<thread::JoinHandle<()>>,
+    collected: &BTreeSet<usize>,
+    pushed: BTreeSet<usize>,
+    local: usize,
+) {
+    for f in freers {
+        f.join().unwrap();
+    }
+    assert!(slab.take_remote().is_null());
+    assert_eq!(*collected, pushed);
+    let mut on_local = BTreeSet::new();
+    collect(slab.local_free.get(), &mut on_local);
+    assert_eq!(on_local, BTreeSet::from([local]));
+    assert_eq!(slab.state(), State::Owned);
+    slab.check();
 }
 
 /// A heap takes the slab, first on the node list, as
@@ -265,16 +347,7 @@ fn remote_frees_reach_the_owner_while_it_frees_and_collects() {
             collect(slab.take_remote(), &mut collected);
             thread::yield_now();
         }
-        for f in freers {
-            f.join().unwrap();
-        }
-        assert!(slab.take_remote().is_null());
-        assert_eq!(collected, BTreeSet::from([a, b]));
-        let mut local = BTreeSet::new();
-        collect(slab.local_free.get(), &mut local);
-        assert_eq!(local, BTreeSet::from([c]));
-        assert_eq!(slab.state(), State::Owned);
-        slab.check();
+        collected_all(slab, freers, &collected, BTreeSet::from([a, b]), c);
     });
 }
 
@@ -287,39 +360,11 @@ fn the_first_free_of_a_full_slab_races_its_owners_refill() {
         let returned = Arc::new(AtomicPtr::new(core::ptr::null_mut()));
         let r = returned.clone();
         let freer = thread::spawn(move || free_remote(slab, a, &r));
-        // The owner's refill: collect remote frees, or give the slab up.
-        let collected = loop {
-            let list = slab.take_remote();
-            if !list.is_null() {
-                break Some(list);
-            }
-            if slab.try_make_full(OWNER) {
-                break None;
-            }
-        };
+        let collected = refill_or_make_full(slab);
         let adopted = freer.join().unwrap();
         assert!(!adopted, "OWNER never closed its stack");
-        let mut free = BTreeSet::new();
-        match collected {
-            Some(list) => {
-                // The push came first: the slab never left OWNER.
-                collect(list, &mut free);
-                assert!(returned.load(Ordering::Relaxed).is_null());
-            }
-            None => {
-                // FULL first: the freer claimed it and gave it back.
-                assert_eq!(
-                    returned.load(Ordering::Acquire),
-                    slab as *const Slab as *mut Slab
-                );
-                collect(slab.local_free.get(), &mut free);
-                assert_eq!(slab.inuse.get(), 3);
-                slab.check();
-            }
-        }
+        let free = freed_as_it_went_full(slab, collected, &returned);
         assert_eq!(free, BTreeSet::from([a]));
-        assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
-        assert_eq!(slab.state(), State::Owned);
     });
 }
 
@@ -544,5 +589,125 @@ fn a_cold_free_lists_the_full_slab_it_claims_while_another_frees_into_it() {
         }
         assert_eq!(free, BTreeSet::from([a, b]));
         slab.check();
+    });
+}
+
+/// A sheaf's flush of `run`, objects of the slab that its heap `me` gives
+/// up, as `free::flush_run` pushes them: linked one to the next by the
+/// check closure (once the slab is known to be another heap's OWNED one),
+/// then pushed with one CAS by the shipped `Slab::push_remote_run`.
+fn push_run(slab: &Slab, run: &[usize], me: usize) -> Push {
+    let link = || {
+        for w in run.windows(2) {
+            // SAFETY: objects of the slab, in use, given up by the caller.
+            unsafe { set_next(w[0] as *mut u8, w[1] as *mut u8) };
+        }
+    };
+    let tail = run[run.len() - 1] as *mut u8;
+    slab.push_remote_run(run[0] as *mut u8, tail, me, link)
+}
+
+#[test]
+fn runs_pushed_by_two_freers_reach_the_owner_while_it_frees_and_collects() {
+    explore(|| {
+        // Five objects: two runs of two, and one for the owner.
+        let s = Scenario::with_class(class_with(5));
+        let (slab, objects) = s.owned_and_all_in_use();
+        let runs = [[objects[0], objects[1]], [objects[2], objects[3]]];
+        let e = objects[4];
+        let freers: Vec<_> = runs
+            .into_iter()
+            .zip([OTHER, THIRD])
+            .map(|(run, me)| {
+                thread::spawn(move || assert_eq!(push_run(slab, &run, me), Push::Pushed))
+            })
+            .collect();
+        free_local(slab, e);
+        // The owner's refills, until both runs have come (loom runs the
+        // freers meanwhile): it reads the links they wrote, before it has
+        // joined them. Both come within 8 refills in every interleaving; the
+        // bound fails a lost block here, not at loom's branch limit.
+        let mut collected = BTreeSet::new();
+        let mut refills = 0;
+        while collected.len() < 4 {
+            collect(slab.take_remote(), &mut collected);
+            refills += 1;
+            assert!(refills < 64, "only {collected:?} came");
+            thread::yield_now();
+        }
+        let pushed = BTreeSet::from_iter(runs.into_iter().flatten());
+        collected_all(slab, freers, &collected, pushed, e);
+    });
+}
+
+#[test]
+fn a_run_pushed_as_the_owner_lists_the_slab_is_merged_or_freed_block_by_block() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let (a, b, c) = (objects[0], objects[1], objects[2]);
+        free_local(slab, c);
+        let node = Arc::new(Node::new());
+        let n = node.clone();
+        // The flush of the run `a`, `b`: one push, or, if the slab is not
+        // OWNED, each block as `free_unowned` frees it, with no double-free
+        // test (the links the lost push wrote would look free, and the
+        // slab may be OWNED again when the block's push comes). Returns
+        // whether the run was pushed.
+        let freer = thread::spawn(move || match push_run(slab, &[a, b], OTHER) {
+            Push::Pushed => true,
+            Push::NotOwned(_) => {
+                for p in [a, b] {
+                    assert!(!free_unowned(&n, slab, p, false));
+                }
+                false
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        // The owner gives the slab up; a heap takes it again.
+        node.lock.lock();
+        let (free, merged) = slab.list_with(core::ptr::null_mut());
+        node.add(slab, merged);
+        node.lock.unlock();
+        take_from_node(&node, slab);
+        let pushed = freer.join().unwrap();
+        // A run that landed before the listing is merged whole.
+        assert_eq!(free, if merged { 3 } else { 1 });
+        assert!(!merged || pushed);
+        assert_eq!(slab.state(), State::Owned);
+        assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
+        assert_eq!(node.nr_partial.load(Ordering::Relaxed), 0);
+        assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
+        slab.check();
+        assert_eq!(free_in_owned(slab), BTreeSet::from([a, b, c]));
+    });
+}
+
+#[test]
+fn a_run_pushed_as_the_slab_goes_full_lands_or_is_freed_block_by_block() {
+    explore(|| {
+        let s = Scenario::new();
+        let (slab, objects) = s.owned_and_all_in_use();
+        let (a, b) = (objects[0], objects[1]);
+        let returned = Arc::new(AtomicPtr::new(core::ptr::null_mut()));
+        let r = returned.clone();
+        // The flush of the run `a`, `b`: one push, or, the slab FULL, each
+        // block as `free_unowned` frees it (no double-free test): `a`
+        // claims the slab and gives it back to OWNER, `b` is pushed.
+        let freer = thread::spawn(move || match push_run(slab, &[a, b], OTHER) {
+            Push::Pushed => true,
+            Push::NotOwned(State::Full) => {
+                for p in [a, b] {
+                    assert!(!free_remote(slab, p, &r));
+                }
+                false
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        let collected = refill_or_make_full(slab);
+        let pushed = freer.join().unwrap();
+        assert_eq!(collected.is_some(), pushed);
+        let free = freed_as_it_went_full(slab, collected, &returned);
+        assert_eq!(free, BTreeSet::from([a, b]));
     });
 }

@@ -1,0 +1,82 @@
+//! Sheaves: per thread and warm class, a bounded stack of blocks the thread
+//! freed, from any slab, whoever owns it, in front of the active slab
+//! (Linux's percpu sheaves, SLUB's default since 7.0). The fast paths push
+//! and pop it (`fastpath`); a full sheaf's flush back to the blocks' slabs
+//! is the free slow path's (`free::flush_oldest`, also at thread exit and
+//! trim); this is the check of a block leaving a sheaf, and of the blocks
+//! left in sheaves when the process exits.
+//!
+//! A free into a sheaf reads nothing of the block: it writes the block's
+//! tag into its second word (`freelist::sheaf_tag`) and compares the block
+//! with the sheaf's top (a block freed twice in a row). Every way out of a
+//! sheaf checks the block (`freelist::take_sheaf_block`): a block whose
+//! tag is gone was freed twice and the other copy has left a sheaf (or the
+//! program wrote it after freeing it); a block with a free-list link in its
+//! first word was on a slab's free list when it was freed again. Either
+//! stops the process before the block is handed out twice: a pop checks
+//! before it hands the block out, a flush before the slab takes it, and
+//! what is left in sheaves is checked when the thread exits (the flush) or
+//! the process does (`check_at_exit`).
+
+use crate::freelist::{take_sheaf_block, SheafBlock};
+use crate::heap::{DEAD, EMPTY};
+use crate::os;
+use crate::tls::current;
+
+/// Stops the process unless `found` is a block freed once.
+#[inline(always)]
+pub fn check(found: SheafBlock, p: *mut u8) {
+    if found != SheafBlock::Tagged {
+        stop(found, p);
+    }
+}
+
+/// Stops the process: `p` left a sheaf as `found` says (not `Tagged`).
+/// Returns (null) only for a null `p`, which no sheaf holds: so that the
+/// compiler does not take it for a function that never returns, which the
+/// allocation fast path would have to call with the stack aligned (a push
+/// and a pop on the path) rather than jump to.
+#[cold]
+#[inline(never)]
+pub fn stop(found: SheafBlock, p: *mut u8) -> *mut u8 {
+    if p.is_null() {
+        return p;
+    }
+    let what = match found {
+        SheafBlock::Linked => "double free (a block on a free list was freed again)",
+        _ => "double free or write after free: a freed block's sheaf tag (its second word) is gone",
+    };
+    os::fatal(what, p as usize)
+}
+
+/// At exit (a `.fini_array` entry): the blocks left in the exiting
+/// thread's sheaves are checked as a flush would check them, so that a
+/// double free that no pop or flush met still stops the process. The tags
+/// are put back after: destructors that run later may still allocate.
+extern "C" fn check_at_exit() {
+    let heap = current();
+    if heap == EMPTY || heap == DEAD {
+        return;
+    }
+    // SAFETY: a created heap lives until this thread's destructor.
+    let heap = unsafe { &*heap };
+    let secret = heap.secret.get();
+    for (class, c) in heap.classes.iter().enumerate() {
+        if !heap.is_warm(class) {
+            continue;
+        }
+        let blocks = &c.sheaf[1..=c.sheaf_len.get() as usize];
+        for b in blocks {
+            // SAFETY: a block the sheaf holds.
+            check(unsafe { take_sheaf_block(secret, b.get()) }, b.get());
+        }
+        for b in blocks {
+            // SAFETY: as above; its tag was there.
+            unsafe { crate::freelist::set_sheaf_tag(secret, b.get()) };
+        }
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static CHECK_AT_EXIT: extern "C" fn() = check_at_exit;

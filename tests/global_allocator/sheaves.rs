@@ -1,0 +1,139 @@
+//! The sheaves (`src/sheaf.rs`): a thread's freed blocks wait in its sheaf
+//! for its next allocations, bounded per class, and go back to their slabs
+//! when the sheaf overflows, when the thread exits or trims, and when the
+//! class goes idle.
+
+use std::thread;
+
+/// A warm class of 256-byte blocks (256 per slab, a sheaf of 32), out of
+/// the harness's way.
+const SIZE: usize = 250;
+
+/// A fresh process, not in debug mode, which has no sheaves (every free
+/// takes the slow path, where its checks are); `None` otherwise.
+fn with_sheaves() -> Option<()> {
+    if std::env::var_os("SLUBMALLOC_DEBUG").is_some_and(|v| v == "1") {
+        eprintln!("skipped: debug mode has no sheaves");
+        return None;
+    }
+    crate::fresh_process()
+}
+
+fn class() -> slubmalloc::CacheStats {
+    *slubmalloc::stats().cache_for_size(SIZE).unwrap()
+}
+
+/// `n` blocks of the class, each written.
+fn blocks(n: usize) -> Vec<Box<[u8]>> {
+    (0..n)
+        .map(|i| vec![i as u8; SIZE].into_boxed_slice())
+        .collect()
+}
+
+/// A block freed last is the next one handed out: blocks taken from the
+/// sheaf and freed again in order come back in the reverse order.
+#[test]
+fn the_block_freed_last_is_handed_out_first() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    drop(blocks(4 * 256));
+    // The sheaf holds the last blocks freed; 8 of them are taken from it.
+    let before = class();
+    let again = blocks(8);
+    let addrs: Vec<*const u8> = again.iter().map(|b| b.as_ptr()).collect();
+    let after = class();
+    assert_eq!(after.alloc_sheaf - before.alloc_sheaf, 8, "{after:?}");
+    drop(again);
+    // Freed in order 0..8: handed out again 7, 6, ..., 0.
+    let third = blocks(8);
+    let back: Vec<*const u8> = third.iter().map(|b| b.as_ptr()).collect();
+    let reversed: Vec<*const u8> = addrs.iter().rev().copied().collect();
+    assert_eq!(back, reversed);
+}
+
+/// A sheaf holds at most its capacity: freeing many blocks of a class
+/// leaves at most 32 of them waiting, the rest flushed back to their slabs,
+/// which go back to their segments as they empty.
+#[test]
+fn a_sheaf_holds_at_most_its_capacity() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    let before = class();
+    drop(blocks(20 * 256));
+    let c = class();
+    assert!(c.sheaf_objects <= 32, "{c:?}");
+    assert!(c.sheaf_objects > 0, "{c:?}");
+    assert_eq!(
+        c.sheaf_flushed - before.sheaf_flushed + c.sheaf_objects - before.sheaf_objects,
+        c.free_sheaf - before.free_sheaf,
+        "every block that went on the sheaf is on it or flushed {c:?}"
+    );
+    assert!(c.slabs <= before.slabs + 3, "{before:?} {c:?}");
+}
+
+/// A thread that exits gives back what its sheaves hold: the blocks go
+/// back to their slabs, which go back to their segments once empty.
+#[test]
+fn a_thread_that_exits_gives_its_sheaves_back() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    let before = class();
+    let held = thread::spawn(|| {
+        // Blocks of several slabs, freed by this thread: its sheaf keeps
+        // the last 32, which live in slabs it gave up at exit.
+        let v = blocks(3 * 256);
+        drop(v);
+        class().sheaf_objects
+    })
+    .join()
+    .unwrap();
+    assert!(
+        held > before.sheaf_objects,
+        "the thread's sheaf held blocks"
+    );
+    let c = class();
+    assert_eq!(c.sheaf_objects, before.sheaf_objects, "{c:?}");
+    assert_eq!(c.objects_in_use, before.objects_in_use, "{c:?}");
+    assert!(c.slabs <= before.slabs + 1, "{before:?} {c:?}");
+    assert_eq!(slubmalloc::check_stats(), 0);
+}
+
+/// `trim()` flushes the calling thread's sheaves before it gives free
+/// slabs back.
+#[test]
+fn trim_gives_the_threads_sheaves_back() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    drop(blocks(3 * 256));
+    assert!(class().sheaf_objects > 0);
+    slubmalloc::trim();
+    let c = class();
+    assert_eq!(c.sheaf_objects, 0, "{c:?}");
+    assert_eq!(slubmalloc::check_stats(), 0);
+}
+
+/// Blocks another thread allocated are reused by the thread that frees
+/// them, from its sheaf, without a trip through their slab's remote list.
+#[test]
+fn blocks_freed_by_another_thread_serve_that_threads_allocations() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    // Past the objects a cold class takes from shared slabs: warm here.
+    let warm = blocks(64);
+    // 20 blocks: the vectors that hold them are of another class.
+    let made = thread::spawn(|| blocks(20)).join().unwrap();
+    let addrs: Vec<usize> = made.iter().map(|b| b.as_ptr() as usize).collect();
+    let before = class();
+    drop(made);
+    let again = blocks(20);
+    let after = class();
+    assert_eq!(after.free_remote, before.free_remote, "{after:?}");
+    assert_eq!(after.alloc_sheaf - before.alloc_sheaf, 20, "{after:?}");
+    assert!(again.iter().all(|b| addrs.contains(&(b.as_ptr() as usize))));
+    drop((again, warm));
+}
