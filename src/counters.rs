@@ -31,10 +31,14 @@ pub enum Ev {
     SlabsFreed,
     /// A gauge, not an event: slabs on this thread's partial list.
     ThreadPartial,
+    /// Blocks this thread's full sheaves put in the class's barn (`barn`).
+    SheafToBarn,
+    /// Blocks this thread's empty sheaf took from the barn.
+    SheafFromBarn,
 }
 
 impl Ev {
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 16;
 }
 
 /// One thread's counters for one class. Single writer (the owning thread).

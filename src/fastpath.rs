@@ -201,7 +201,8 @@ unsafe fn free_to_active(p: *mut u8, heap: *mut Heap, c: &ClassHeap, slab: &Slab
 }
 
 /// The free fast path found the sheaf full: a block of the active slab
-/// goes to it all the same; any other block goes on the sheaf once its
+/// goes to it all the same; any other block goes on the sheaf once the
+/// sheaf has gone to the class's barn whole, or, the barn full, once its
 /// older half is flushed.
 #[inline(never)]
 fn free_no_room(p: *mut u8) {
@@ -214,8 +215,31 @@ fn free_no_room(p: *mut u8) {
     if ptr::eq(c.active.get(), slab) {
         return free_to_slab(p, heap);
     }
-    // SAFETY: a heap with a sheaf is a thread's own, live heap.
-    crate::free::flush_oldest(unsafe { &*heap }, c, cap.div_ceil(2));
+    // The whole sheaf into the class's barn, for another thread whose sheaf
+    // runs empty, if its oldest block is of a slab another heap owns:
+    // blocks another thread allocated (those of the thread's own slabs go
+    // back with one splice, those of slabs no heap owns, FULL or listed,
+    // are a single thread's past: a single-threaded program has nobody to
+    // serve); else, or the barn full, the older half back to the slabs.
+    let class = slab.class.get() as usize;
+    // SAFETY: a block the full sheaf holds, in one of our segments.
+    let owner = unsafe { &*slab_of(c.sheaf_top(1)) }
+        .owner
+        .load(Ordering::Relaxed);
+    if crate::purge::program_has_other_threads()
+        && owner != 0
+        && owner != heap as usize
+        && crate::barn::BARNS[class].put(&c.sheaf[1..=cap as usize])
+    {
+        c.sheaf_len.set(0);
+        c.ev.add(Ev::SheafToBarn, cap as u64);
+        // The next purge flushes the barns, so that what waits there goes
+        // back to its slabs once the class goes quiet.
+        crate::purge::schedule(crate::purge::now_ns());
+    } else {
+        // SAFETY: a heap with a sheaf is a thread's own, live heap.
+        crate::free::flush_oldest(unsafe { &*heap }, c, cap.div_ceil(2));
+    }
     // SAFETY: as for `free`; the sheaf has room now.
     unsafe { free(p) }
 }

@@ -89,6 +89,7 @@ extern "C" fn child() {
     crate::segment::repair_in_child();
     crate::large::repair_in_child();
     crate::node::rebuild_in_child();
+    crate::barn::repair_in_child();
     crate::heap::repair_registry_in_child();
     let heap = crate::tls::current();
     crate::heap::count_threads_in_child(heap != crate::heap::EMPTY && heap != crate::heap::DEAD);

@@ -293,29 +293,37 @@ fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
 pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
     let len = c.sheaf_len.get();
     crate::sync::invariant!(n <= len);
-    let secret = heap.secret.get();
     let n = n as usize;
-    let mut i = 1;
-    while i <= n {
-        let head = c.sheaf[i].get();
-        let mut end = i;
-        while end <= n {
-            let q = c.sheaf[end].get();
-            if (q as usize ^ head as usize) >= crate::segment::SLAB_BYTES {
-                break;
-            }
-            // SAFETY: `q` is a block the sheaf held.
-            crate::sheaf::check(unsafe { take_sheaf_block(secret, q) }, q);
-            end += 1;
-        }
-        flush_run(heap, &c.sheaf[i..end]);
-        i = end;
-    }
+    flush_blocks(heap, &c.sheaf[1..=n]);
     for i in 1..=len as usize - n {
         c.sheaf[i].set(c.sheaf[i + n].get());
     }
     c.sheaf_len.set(len - n as u32);
     c.ev.add(Ev::SheafFlushed, n as u64);
+}
+
+/// Hands `blocks`, out of a sheaf or a barn, back to their slabs, each
+/// checked, in runs of one slab (`flush_run`), counted in `heap`.
+fn flush_blocks(heap: &Heap, blocks: &[core::cell::Cell<*mut u8>]) {
+    // The process's secret, not the heap's copy: the orphan heap, which
+    // flushes the barns for the purger, has none.
+    let secret = freelist::secret();
+    let mut i = 0;
+    while i < blocks.len() {
+        let head = blocks[i].get();
+        let mut end = i;
+        while end < blocks.len() {
+            let q = blocks[end].get();
+            if (q as usize ^ head as usize) >= crate::segment::SLAB_BYTES {
+                break;
+            }
+            // SAFETY: `q` is a block a sheaf held.
+            crate::sheaf::check(unsafe { take_sheaf_block(secret, q) }, q);
+            end += 1;
+        }
+        flush_run(heap, &blocks[i..end]);
+        i = end;
+    }
 }
 
 /// Frees `run`, checked blocks of one slab out of a sheaf, into their slab:
@@ -364,12 +372,35 @@ pub fn flush_all(heap: &Heap) {
     }
 }
 
-/// Flushes the calling thread's sheaves (`malloc_trim`, `trim`).
+/// Flushes the calling thread's sheaves, then the barns through them
+/// (`malloc_trim`, `trim`).
 pub fn flush_current() {
     let heap = current();
-    if heap != EMPTY && heap != DEAD {
-        // SAFETY: a created heap lives until this thread's destructor.
-        flush_all(unsafe { &*heap });
+    if heap == EMPTY || heap == DEAD {
+        return;
+    }
+    // SAFETY: a created heap lives until this thread's destructor.
+    let heap = unsafe { &*heap };
+    flush_all(heap);
+    flush_barns(heap);
+}
+
+/// Hands every barn's blocks back to their slabs, counted in `heap` (a
+/// thread's, or the orphan heap for the purger): trim, and every purge (so
+/// that a barn holds blocks for one purge delay at most once its class goes
+/// quiet).
+pub fn flush_barns(heap: &Heap) {
+    let sheaf = [const { core::cell::Cell::new(ptr::null_mut()) }; crate::size_class::SHEAF_MAX];
+    for (class, c) in heap.classes.iter().enumerate() {
+        loop {
+            let n = crate::barn::BARNS[class].take(&sheaf) as usize;
+            if n == 0 {
+                break;
+            }
+            c.ev.add(Ev::SheafFromBarn, n as u64);
+            flush_blocks(heap, &sheaf[..n]);
+            c.ev.add(Ev::SheafFlushed, n as u64);
+        }
     }
 }
 
@@ -390,7 +421,7 @@ fn free_owned_run(heap: &Heap, slab: &Slab, head: *mut u8, tail: *mut u8, n: u32
     // profile slab).
     let c = unsafe { heap.class_at(slab.heap_offset.get() as usize) };
     c.ev.add(Ev::FreeFast, n as u64);
-    let secret = heap.secret.get();
+    let secret = freelist::secret();
     if core::ptr::eq(c.active.get(), slab) {
         // SAFETY: the run's blocks are live objects of our active slab;
         // they become free.

@@ -32,13 +32,10 @@ use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering
 pub const MAX_THREAD_PARTIAL: u32 = 32;
 
 /// Per class: the fast paths' state and this thread's counters for the
-/// class, 448 bytes (`CLASS_SCALE`), seven cache lines. The first holds the
+/// class, 512 bytes (`CLASS_SCALE`), eight cache lines. The first holds the
 /// sheaf's length, the active slab, the detached list and the counters of
 /// the fast paths, so that an allocation and a free through the sheaf touch
 /// it and one line of the sheaf, and through the detached list it alone.
-/// Seven lines, an odd number, so that the class heaps' first lines fall in
-/// all of the L1 cache's sets, not in a few (unmeasured: 512 and 576 bytes
-/// timed the same on random sizes).
 #[repr(C, align(64))]
 pub struct ClassHeap {
     /// Blocks in the sheaf: `sheaf[1..=sheaf_len]`, the top last.

@@ -102,6 +102,10 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     // While the heap is still the thread's: the blocks go back to their
     // slabs as its frees, not the orphan heap's.
     crate::free::flush_all(h);
+    // And the barns: what the threads left there goes back to its slabs
+    // at each exit (a program whose threads have exited keeps nothing
+    // there; threads that allocate what others free fill them again).
+    crate::free::flush_barns(h);
     crate::tls::set(DEAD);
     flush(h, true);
     let alive = change_registry(|r| {

@@ -92,6 +92,7 @@
 mod alloc;
 mod anchor;
 mod background;
+mod barn;
 mod counters;
 mod debug;
 mod fastpath;

@@ -66,9 +66,15 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     if c.detached.get().is_null() {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
-        segment::purge_if_due_after(crate::node::release_empty_slabs);
+        segment::purge_if_due_after(|| {
+            crate::free::flush_barns(heap);
+            crate::node::release_empty_slabs();
+        });
         // A cold class takes single objects from shared slabs (`shared`).
         if let Some(p) = crate::shared::take_if_cold(heap, class) {
+            return p;
+        }
+        if let Some(p) = take_from_barn(heap, class) {
             return p;
         }
         if !refill(heap, class) {
@@ -90,6 +96,33 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         c.stash.set(c.detached.replace(ptr::null_mut()));
     }
     obj
+}
+
+/// An empty sheaf of a thread's own heap refilled from the class's barn (a
+/// full sheaf another thread put there) before the active slab is carved
+/// further, and its top block handed out, checked as the fast path checks
+/// it. None if the class has no sheaf, the sheaf is not empty (the sampler
+/// came here), the heap is the orphan one, or the barn is empty.
+fn take_from_barn(heap: &Heap, class: usize) -> Option<*mut u8> {
+    let c = &heap.classes[class];
+    if c.sheaf_cap.get() == 0 || c.sheaf_len.get() != 0 || !ptr::eq(heap, current()) {
+        return None;
+    }
+    let n = crate::barn::BARNS[class].take(&c.sheaf[1..]);
+    if n == 0 {
+        return None;
+    }
+    c.ev.add(Ev::SheafFromBarn, n as u64);
+    let obj = c.sheaf_top(n);
+    // SAFETY: `obj` is a block the barn held, tagged by the free that put
+    // it in a sheaf.
+    crate::sheaf::check(
+        unsafe { freelist::take_sheaf_block(heap.secret.get(), obj) },
+        obj,
+    );
+    c.sheaf_len.set(n - 1);
+    c.ev.inc(Ev::AllocSheaf);
+    Some(obj)
 }
 
 /// Fills `c.detached`, from (in order) the active slab's own lists, the thread

@@ -133,7 +133,7 @@ pub fn class_by_table(size: usize) -> usize {
 }
 
 /// The size of a thread heap's per-class part (`heap::ClassHeap`).
-pub const CLASS_SCALE: usize = 448;
+pub const CLASS_SCALE: usize = 512;
 
 /// The offset, in a thread heap, of the class heap that never has a
 /// sheaf (`heap::Heap::no_sheaf`): the `Slab::heap_offset` of slabs whose

@@ -56,6 +56,8 @@ stat_fields! {
     /// Freed blocks waiting in threads' sheaves, to be handed out again or
     /// flushed back to their slabs (in use from their slabs' view).
     sheaf_objects: Some(("sheaf", 6));
+    /// Freed blocks in the class's barn: full sheaves no thread holds.
+    barn_objects: Some(("barn", 6));
     /// Object slots in all slabs of the class.
     objects_total: Some(("total", 10));
     /// Slabs the class holds.
@@ -201,12 +203,15 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.alloc_sheaf = e(Ev::AllocSheaf);
         c.free_sheaf = e(Ev::FreeSheaf);
         c.sheaf_flushed = e(Ev::SheafFlushed);
-        // A block in a sheaf is in use from its slab's view: what the
-        // slabs count as handed out, less what waits in sheaves.
+        // A block in a sheaf or a barn is in use from its slab's view.
+        let (to_barn, from_barn) = (e(Ev::SheafToBarn), e(Ev::SheafFromBarn));
         c.sheaf_objects = c
             .free_sheaf
             .wrapping_sub(c.alloc_sheaf)
-            .wrapping_sub(c.sheaf_flushed);
+            .wrapping_sub(c.sheaf_flushed)
+            .wrapping_sub(to_barn)
+            .wrapping_add(from_barn);
+        c.barn_objects = to_barn.wrapping_sub(from_barn);
         c.objects_in_use = c.allocs().wrapping_sub(c.frees());
         c.refill_own = e(Ev::RefillOwn);
         c.refill_partial = e(Ev::RefillPartial);

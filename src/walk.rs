@@ -20,6 +20,8 @@ pub struct WalkedCache {
     pub objects_in_use: u64,
     /// Objects in threads' sheaves.
     pub sheaf_objects: u64,
+    /// Objects in the class's barn.
+    pub barn_objects: u64,
     /// Slabs in use in the segments.
     pub slabs: u64,
     /// Slabs on threads' partial lists.
@@ -74,8 +76,11 @@ pub fn walk() -> Walk {
         free_on_slabs[class] += free as u64;
     });
     for class in 0..NUM_CLASSES {
-        caches[class].objects_in_use -= free_on_slabs[class] + detached[class] + sheaves[class];
+        let barn = crate::barn::BARNS[class].blocks();
+        caches[class].objects_in_use -=
+            free_on_slabs[class] + detached[class] + sheaves[class] + barn;
         caches[class].sheaf_objects = sheaves[class];
+        caches[class].barn_objects = barn;
     }
     Walk {
         caches,
@@ -112,6 +117,7 @@ fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
         let kept = WalkedCache {
             objects_in_use: c.objects_in_use,
             sheaf_objects: c.sheaf_objects,
+            barn_objects: c.barn_objects,
             slabs: c.slabs,
             thread_partial_slabs: c.thread_partial_slabs,
             node_partial_slabs: c.node_partial_slabs,

@@ -34,8 +34,10 @@ enum Ev {
     SlabsNew,
     SlabsFreed,
     ThreadPartial,
+    SheafToBarn,
+    SheafFromBarn,
 }
-const EVENTS: usize = 14;
+const EVENTS: usize = 16;
 
 /// The anchor, as version 1 lays it out (src/anchor.rs).
 #[derive(Debug, Default)]
@@ -138,11 +140,12 @@ impl Anchor {
 }
 
 /// One size class, the fields of the in-process `CacheStats` in its order.
-pub const CACHE_FIELDS: [&str; 25] = [
+pub const CACHE_FIELDS: [&str; 26] = [
     "object_size",
     "objects_per_slab",
     "objects_in_use",
     "sheaf_objects",
+    "barn_objects",
     "objects_total",
     "slabs",
     "partial_slabs",
@@ -190,19 +193,19 @@ pub const TOTALS_FIELDS: [&str; 16] = [
 pub mod field {
     pub const OBJECT_SIZE: usize = 0;
     pub const IN_USE: usize = 2;
-    pub const TOTAL: usize = 4;
-    pub const SLABS: usize = 5;
-    pub const PARTIAL_SLABS: usize = 6;
-    pub const THREAD_PARTIAL: usize = 7;
-    pub const PARTIAL_FREE: usize = 9;
-    pub const ALLOC_SHEAF: usize = 10;
-    pub const FREE_SHEAF: usize = 11;
-    pub const FLUSHED: usize = 12;
-    pub const ALLOC_FAST: usize = 13;
-    pub const ALLOC_SLOW: usize = 14;
-    pub const FREE_FAST: usize = 15;
-    pub const FREE_SLOW: usize = 16;
-    pub const FREE_REMOTE: usize = 17;
+    pub const TOTAL: usize = 5;
+    pub const SLABS: usize = 6;
+    pub const PARTIAL_SLABS: usize = 7;
+    pub const THREAD_PARTIAL: usize = 8;
+    pub const PARTIAL_FREE: usize = 10;
+    pub const ALLOC_SHEAF: usize = 11;
+    pub const FREE_SHEAF: usize = 12;
+    pub const FLUSHED: usize = 13;
+    pub const ALLOC_FAST: usize = 14;
+    pub const ALLOC_SLOW: usize = 15;
+    pub const FREE_FAST: usize = 16;
+    pub const FREE_SLOW: usize = 17;
+    pub const FREE_REMOTE: usize = 18;
 }
 
 /// Indices into the totals.
@@ -220,7 +223,7 @@ pub mod total {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
-    pub caches: Vec<[u64; 25]>,
+    pub caches: Vec<[u64; 26]>,
     pub totals: [u64; 16],
     /// Tries it took.
     pub tries: u32,
@@ -228,7 +231,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Whether the class has ever been used (`CacheStats::in_use`).
-    pub fn class_used(c: &[u64; 25]) -> bool {
+    pub fn class_used(c: &[u64; 26]) -> bool {
         c[field::SLABS] > 0
             || c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW] > 0
     }
@@ -449,11 +452,17 @@ impl Reader {
             let alloc_sheaf = e(Ev::AllocSheaf);
             let free_sheaf = e(Ev::FreeSheaf);
             let flushed = e(Ev::SheafFlushed);
-            let in_sheaves = free_sheaf.wrapping_sub(alloc_sheaf).wrapping_sub(flushed);
+            let (to_barn, from_barn) = (e(Ev::SheafToBarn), e(Ev::SheafFromBarn));
+            let in_barn = to_barn.wrapping_sub(from_barn);
+            let in_sheaves = free_sheaf
+                .wrapping_sub(alloc_sheaf)
+                .wrapping_sub(flushed)
+                .wrapping_sub(in_barn);
             let in_use = alloc_fast
                 .wrapping_add(alloc_slow)
                 .wrapping_sub(free_fast.wrapping_add(free_slow).wrapping_add(free_remote))
-                .wrapping_sub(in_sheaves);
+                .wrapping_sub(in_sheaves)
+                .wrapping_sub(in_barn);
             let allocated = e(Ev::SlabsNew).wrapping_add(slabs_new);
             let freed = e(Ev::SlabsFreed).wrapping_add(slabs_freed);
             let slabs = allocated.wrapping_sub(freed);
@@ -463,6 +472,7 @@ impl Reader {
                 per_slab,
                 in_use,
                 in_sheaves,
+                in_barn,
                 slabs.wrapping_mul(per_slab),
                 slabs,
                 thread_partial.wrapping_add(nr_partial),

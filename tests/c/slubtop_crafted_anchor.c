@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { CLASSES = 64, EVENTS = 14, CLASS_HEAP = 448 };
+enum { CLASSES = 64, EVENTS = 16, CLASS_HEAP = 448 };
 
 struct registry {
     void *live;

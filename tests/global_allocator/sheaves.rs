@@ -66,9 +66,11 @@ fn a_sheaf_holds_at_most_its_capacity() {
     assert!(c.sheaf_objects <= 32, "{c:?}");
     assert!(c.sheaf_objects > 0, "{c:?}");
     assert_eq!(
-        c.sheaf_flushed - before.sheaf_flushed + c.sheaf_objects - before.sheaf_objects,
+        c.sheaf_flushed - before.sheaf_flushed + c.sheaf_objects - before.sheaf_objects
+            + c.barn_objects
+            - before.barn_objects,
         c.free_sheaf - before.free_sheaf,
-        "every block that went on the sheaf is on it or flushed {c:?}"
+        "every block that went on the sheaf is on it, in the barn or flushed {c:?}"
     );
     assert!(c.slabs <= before.slabs + 3, "{before:?} {c:?}");
 }
@@ -136,4 +138,78 @@ fn blocks_freed_by_another_thread_serve_that_threads_allocations() {
     assert_eq!(after.alloc_sheaf - before.alloc_sheaf, 20, "{after:?}");
     assert!(again.iter().all(|b| addrs.contains(&(b.as_ptr() as usize))));
     drop((again, warm));
+}
+
+/// A thread that frees more than its sheaf holds of blocks other threads
+/// allocated puts its full sheaves in the class's barn; a thread whose sheaf
+/// and detached list run empty takes them before it carves its slab
+/// further; `trim()` flushes the barn, as a thread's exit does.
+#[test]
+fn blocks_one_thread_frees_serve_another_through_the_barn() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    let warm = blocks(64);
+    let given = blocks(5 * 32);
+    let addrs: Vec<usize> = given.iter().map(|b| b.as_ptr() as usize).collect();
+    let before = class();
+    let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let freer = thread::spawn(move || {
+        // Warm here too, then this thread's blocks: three full sheaves go
+        // to the barn; the thread stays until the other has allocated (its
+        // exit would flush the barns).
+        drop(blocks(64));
+        drop(given);
+        freed_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+    });
+    freed_rx.recv().unwrap();
+    let after_free = class();
+    assert!(
+        after_free.barn_objects >= before.barn_objects + 3 * 32,
+        "{before:?} {after_free:?}"
+    );
+    // This thread's detached list runs dry, then its sheaf comes from the
+    // barn: blocks it allocated before and the other thread freed.
+    let again = blocks(2 * 256);
+    let after_alloc = class();
+    assert!(
+        after_alloc.barn_objects < after_free.barn_objects,
+        "{after_free:?} {after_alloc:?}"
+    );
+    assert!(again.iter().any(|b| addrs.contains(&(b.as_ptr() as usize))));
+    assert_eq!(slubmalloc::check_stats(), 0);
+    slubmalloc::trim();
+    assert_eq!(class().barn_objects, 0);
+    done_tx.send(()).unwrap();
+    freer.join().unwrap();
+    assert_eq!(slubmalloc::check_stats(), 0);
+    drop((again, warm));
+}
+
+/// A thread's exit flushes the barns: what threads left there does not
+/// wait for a trim.
+#[test]
+fn a_thread_that_exits_flushes_the_barns() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    let warm = blocks(64);
+    let given = blocks(5 * 32);
+    let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let freer = thread::spawn(move || {
+        drop(blocks(64));
+        drop(given);
+        freed_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+    });
+    freed_rx.recv().unwrap();
+    assert!(class().barn_objects >= 3 * 32, "{:?}", class());
+    done_tx.send(()).unwrap();
+    freer.join().unwrap();
+    assert_eq!(class().barn_objects, 0, "{:?}", class());
+    assert_eq!(slubmalloc::check_stats(), 0);
+    drop(warm);
 }

@@ -573,7 +573,7 @@ pub fn parse_json_report(
             "{size} B: total {c:?}"
         );
         assert!(
-            c["objects_in_use"] + c["sheaf_objects"] <= c["objects_total"],
+            c["objects_in_use"] + c["sheaf_objects"] + c["barn_objects"] <= c["objects_total"],
             "{size} B: more in use than exist {c:?}"
         );
         assert_eq!(
@@ -587,7 +587,10 @@ pub fn parse_json_report(
         );
         assert!(
             c["partial_free_objects"]
-                <= c["objects_total"] - c["objects_in_use"] - c["sheaf_objects"],
+                <= c["objects_total"]
+                    - c["objects_in_use"]
+                    - c["sheaf_objects"]
+                    - c["barn_objects"],
             "{size} B: more free objects on partial slabs than free objects {c:?}"
         );
         assert_eq!(
@@ -600,12 +603,12 @@ pub fn parse_json_report(
         let from_slabs =
             c["alloc_fast"] + c["alloc_slow"] - c["free_fast"] - c["free_slow"] - c["free_remote"];
         assert_eq!(
-            c["sheaf_objects"],
+            c["sheaf_objects"] + c["barn_objects"],
             c["free_sheaf"] - c["alloc_sheaf"] - c["sheaf_flushed"],
-            "{size} B: in sheaves is frees into them less what left them {c:?}"
+            "{size} B: in sheaves and the barn is frees into sheaves less what left them {c:?}"
         );
         assert_eq!(
-            c["objects_in_use"] + c["sheaf_objects"],
+            c["objects_in_use"] + c["sheaf_objects"] + c["barn_objects"],
             from_slabs,
             "{size} B: in use is allocations minus frees {c:?}"
         );

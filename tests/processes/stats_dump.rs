@@ -499,6 +499,7 @@ fn text_and_json_reports_agree_row_for_row() {
             ("npart", "node_partial_slabs"),
             ("partfree", "partial_free_objects"),
             ("sheaf", "sheaf_objects"),
+            ("barn", "barn_objects"),
             ("al_sheaf", "alloc_sheaf"),
             ("fr_sheaf", "free_sheaf"),
             ("flushed", "sheaf_flushed"),
