@@ -324,11 +324,14 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             let a = raw_alloc(small, 8);
             let b = with_a_neighbour(small);
             // SAFETY: `a` and `b` are live; after their frees, `b`'s first
-            // word is its free-list link, which the overwrite corrupts.
+            // word is its free-list link, or its second its sheaf's tag
+            // (`src/sheaf.rs`), which the overwrite corrupts (`small` is 16
+            // bytes or more).
             unsafe {
                 raw_free(a, small, 8);
                 raw_free(b, small, 8);
-                (b as *mut u64).write_unaligned(0x4141_4141_4141_4141 ^ size as u64);
+                let junk = 0x4141_4141_4141_4141 ^ size as u64;
+                (b as *mut [u64; 2]).write_unaligned([junk, junk]);
             }
             let slab = 64 << 10;
             announce((b as usize).saturating_sub(slab), b as usize + slab);
