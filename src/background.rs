@@ -26,17 +26,20 @@ use crate::purge;
 
 /// Starts the purger if one is wanted (`purge::purger_wanted`). The caller
 /// holds no allocator lock. Cost when none is wanted: one load in a
-/// single-threaded program, two once the purger runs.
+/// single-threaded program, two once the purger runs. `flush_barns`, which
+/// the purger runs before each purge, hands the barns' blocks back to their
+/// slabs (`init::flush_barns_for_purger`: passed in, as what it calls is
+/// above this module).
 #[inline]
-pub fn start_if_wanted() {
+pub fn start_if_wanted(flush_barns: fn()) {
     if purge::purger_wanted() {
-        start();
+        start(flush_barns);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn start() {
+fn start(flush_barns: fn()) {
     if !purge::claim_start() {
         return;
     }
@@ -56,7 +59,7 @@ fn start() {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let mut thread: libc::pthread_t = 0;
-        let rc = libc::pthread_create(&mut thread, &attr, purger, ptr::null_mut());
+        let rc = libc::pthread_create(&mut thread, &attr, purger, flush_barns as *mut libc::c_void);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
         rc == 0
@@ -76,7 +79,9 @@ const LAST_PURGE_WAIT_NS: u64 = 1_000_000_000;
 /// deadline is within `LAST_PURGE_WAIT_NS`, so that a program whose other
 /// threads have gone is single-threaded again and that it never keeps a
 /// process alive for long.
-extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
+extern "C" fn purger(flush_barns: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `start` passed a `fn()` as the thread's argument.
+    let flush_barns: fn() = unsafe { core::mem::transmute::<*mut libc::c_void, fn()>(flush_barns) };
     // Whatever this thread's libc does on its behalf (its exit frees TLS of
     // other threads) goes through the orphan heap: it never gets a heap of
     // its own, whose exit destructor would not run.
@@ -102,7 +107,10 @@ extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
             purge::purger_wait(seq, u64::MAX);
         } else if now < at {
             purge::purger_wait(seq, at - now);
-        } else if crate::segment::purge_if_due_after(crate::node::release_empty_slabs) {
+        } else if crate::segment::purge_if_due_after(|| {
+            flush_barns();
+            crate::node::release_empty_slabs();
+        }) {
             purge::count_background_purge();
         }
     }

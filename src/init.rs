@@ -94,6 +94,12 @@ pub fn with_slow_heap<R>(f: impl FnOnce(&Heap) -> R) -> R {
     f(unsafe { &*heap })
 }
 
+/// The barns' blocks back to their slabs, for the background purger, which
+/// has no heap: through the orphan heap, under its lock.
+pub fn flush_barns_for_purger() {
+    with_slow_heap(crate::free::flush_barns);
+}
+
 /// The pthread key destructor: this thread is exiting.
 extern "C" fn thread_exit(arg: *mut libc::c_void) {
     let heap = arg as *mut Heap;
@@ -130,5 +136,5 @@ extern "C" fn thread_exit(arg: *mut libc::c_void) {
     // What this thread freed, and the slabs it handed on, go back to the
     // kernel after the delay even if no other thread calls the allocator
     // again. No allocator lock is held here.
-    crate::background::start_if_wanted();
+    crate::background::start_if_wanted(flush_barns_for_purger);
 }

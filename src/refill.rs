@@ -24,7 +24,7 @@ use crate::tls::current;
 #[inline(never)]
 pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     // No allocator lock is held here (see `background`).
-    crate::background::start_if_wanted();
+    crate::background::start_if_wanted(crate::init::flush_barns_for_purger);
     // --- heap profile: allocations that miss the fast path count down too.
     let heap = current();
     // SAFETY: a heap that is neither static one is this thread's own.

@@ -213,3 +213,41 @@ fn a_thread_that_exits_flushes_the_barns() {
     assert_eq!(slubmalloc::check_stats(), 0);
     drop(warm);
 }
+
+/// The background purger flushes the barns before it purges, one purge
+/// delay after a sheaf went there: threads that stop calling the allocator
+/// do not keep what the barns hold.
+#[test]
+fn the_background_purger_flushes_the_barns() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    if std::env::var_os("SLUBMALLOC_BACKGROUND_PURGE").is_some_and(|v| v == "0") {
+        eprintln!("skipped: the background purger is off");
+        return;
+    }
+    let warm = blocks(64);
+    let given = blocks(5 * 32);
+    let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let freer = thread::spawn(move || {
+        drop(blocks(64));
+        drop(given);
+        freed_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+    });
+    freed_rx.recv().unwrap();
+    assert!(class().barn_objects >= 3 * 32, "{:?}", class());
+    // Neither thread calls the allocator now: the purge delay (100 ms by
+    // default) passes, and the purger's purge flushes the barn.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while class().barn_objects != 0 && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(class().barn_objects, 0, "{:?}", class());
+    assert!(slubmalloc::stats().totals.background_purges > 0);
+    done_tx.send(()).unwrap();
+    freer.join().unwrap();
+    assert_eq!(slubmalloc::check_stats(), 0);
+    drop(warm);
+}
