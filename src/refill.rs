@@ -70,6 +70,10 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
             crate::free::flush_barns(heap);
             crate::node::release_empty_slabs();
         });
+    }
+    // Looked at again: the barns' flush frees blocks of our active slabs
+    // onto their detached lists, this class's among them.
+    if c.detached.get().is_null() {
         // A cold class takes single objects from shared slabs (`shared`).
         if let Some(p) = crate::shared::take_if_cold(heap, class) {
             return p;

@@ -4,7 +4,8 @@
 //! Other threads must not allocate or free while it runs; the background
 //! purger may still give the node lists' empty slabs back to their segments
 //! when a purge is due, so a comparison with the statistics holds for a
-//! walk during which they did not change (`check_stats`).
+//! walk during which they did not change (`check_stats`); its flush of the
+//! barns waits for the walk (the orphan heap's lock).
 
 use crate::freelist;
 use crate::node::NODES;
@@ -45,6 +46,12 @@ pub struct Walk {
 
 /// Walks everything. See the module comment for when it may be called.
 pub fn walk() -> Walk {
+    // The background purger flushes the barns through the orphan heap under
+    // this lock: a walk between its take of a sheaf from a barn and the
+    // sheaf's last block on its slab would count that block neither in the
+    // barn nor free (the statistics, taken before and after, would not show
+    // it). Taken first: it comes before the node locks.
+    let _purger = crate::heap::ORPHAN_LOCK.guard();
     let mut caches = [WalkedCache::default(); NUM_CLASSES];
     let mut detached = [0u64; NUM_CLASSES];
     let mut thread_partial = [0u64; NUM_CLASSES];
