@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { CLASSES = 64, EVENTS = 16, CLASS_HEAP = 448 };
+enum { CLASSES = 64, EVENTS = 16, CLASS_HEAP = 512 };
 
 struct registry {
     void *live;
@@ -49,7 +49,7 @@ _Static_assert(sizeof(struct anchor) == 248, "version 1 is 248 bytes");
 static uint32_t class_bytes[CLASSES];
 static _Atomic uint64_t generation;
 static struct registry registry;
-/* One empty heap: 64 class heaps of 448 bytes and the one without a
+/* One empty heap: 64 class heaps of 512 bytes and the one without a
  * sheaf, then the `next` link. */
 static uint64_t heap[(CLASSES + 1) * CLASS_HEAP / 8 + 1];
 static void *orphan = heap, *prof = heap;
