@@ -12,7 +12,7 @@ use core::ptr;
 
 use crate::freelist::{
     corrupted_link, get_next_with, has_sheaf_tag_with, link_is_sane, may_be_free, prefetch,
-    set_next_with, set_sheaf_tag, take_sheaf_block, SheafBlock, HARDENING,
+    set_next_with, set_sheaf_tag, HARDENING,
 };
 use crate::heap::{ClassHeap, Heap};
 use crate::refill::alloc_slow;
@@ -51,18 +51,9 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
             return sampled_or_not(size, align, scaled / core::mem::size_of::<ClassHeap>());
         }
         // ---
-        let obj = c.sheaf_top(len);
-        if HARDENING {
-            // SAFETY: a heap with a sheaf is a thread's own, whose `secret`
-            // is set; `obj` is a block the sheaf held.
-            let found = unsafe { take_sheaf_block((*heap).secret.get(), obj) };
-            if found != SheafBlock::Tagged {
-                return crate::sheaf::stop(found, obj);
-            }
-        }
-        c.sheaf_len.set(len - 1);
-        c.ev.inc(Ev::AllocSheaf);
-        return obj;
+        // SAFETY: a heap with a sheaf is a thread's own, whose `secret` is
+        // set.
+        return crate::sheaf::pop(c, len, unsafe { (*heap).secret.get() });
     }
     let obj = c.detached.get();
     if obj.is_null() {

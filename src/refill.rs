@@ -117,16 +117,9 @@ fn take_from_barn(heap: &Heap, class: usize) -> Option<*mut u8> {
         return None;
     }
     c.ev.add(Ev::SheafFromBarn, n as u64);
-    let obj = c.sheaf_top(n);
-    // SAFETY: `obj` is a block the barn held, tagged by the free that put
-    // it in a sheaf.
-    crate::sheaf::check(
-        unsafe { freelist::take_sheaf_block(heap.secret.get(), obj) },
-        obj,
-    );
-    c.sheaf_len.set(n - 1);
-    c.ev.inc(Ev::AllocSheaf);
-    Some(obj)
+    // Popped as the fast path pops (a heap of this thread's: its secret is
+    // set).
+    Some(crate::sheaf::pop(c, n, heap.secret.get()))
 }
 
 /// Fills `c.detached`, from (in order) the active slab's own lists, the thread

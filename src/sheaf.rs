@@ -18,10 +18,30 @@
 //! what is left in sheaves is checked when the thread exits (the flush) or
 //! the process does (`check_at_exit`).
 
-use crate::freelist::{take_sheaf_block, SheafBlock};
-use crate::heap::{DEAD, EMPTY};
+use crate::counters::Ev;
+use crate::freelist::{take_sheaf_block, SheafBlock, HARDENING};
+use crate::heap::{ClassHeap, DEAD, EMPTY};
 use crate::os;
 use crate::tls::current;
+
+/// Pops the top of `c`'s sheaf, `len` blocks long (not empty), checked
+/// (`freelist::take_sheaf_block`: its tag, cleared; no free-list link) and
+/// counted: the allocation fast path's pop, and that of a sheaf just taken
+/// from a barn. `secret` is the heap's.
+#[inline(always)]
+pub fn pop(c: &ClassHeap, len: u32, secret: usize) -> *mut u8 {
+    let obj = c.sheaf_top(len);
+    if HARDENING {
+        // SAFETY: `obj` is a block the sheaf held.
+        let found = unsafe { take_sheaf_block(secret, obj) };
+        if found != SheafBlock::Tagged {
+            return stop(found, obj);
+        }
+    }
+    c.sheaf_len.set(len - 1);
+    c.ev.inc(Ev::AllocSheaf);
+    obj
+}
 
 /// Stops the process unless `found` is a block freed once.
 #[inline(always)]
