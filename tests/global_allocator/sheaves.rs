@@ -140,6 +140,44 @@ fn blocks_freed_by_another_thread_serve_that_threads_allocations() {
     drop((again, warm));
 }
 
+/// Another thread, warm for the class too, that frees `5 * 32` blocks
+/// this thread allocated: three of its full sheaves at least go to the
+/// barn. It then stays alive (its exit would flush the barns) until
+/// `finish`.
+struct Freer {
+    /// The addresses of the blocks it freed.
+    addrs: Vec<usize>,
+    done: std::sync::mpsc::Sender<()>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Freer {
+    fn start() -> Freer {
+        let given = blocks(5 * 32);
+        let addrs = given.iter().map(|b| b.as_ptr() as usize).collect();
+        let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+        let (done, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = thread::spawn(move || {
+            drop(blocks(64));
+            drop(given);
+            freed_tx.send(()).unwrap();
+            done_rx.recv().unwrap();
+        });
+        freed_rx.recv().unwrap();
+        Freer {
+            addrs,
+            done,
+            thread,
+        }
+    }
+
+    /// Lets the thread exit, and waits for it.
+    fn finish(self) {
+        self.done.send(()).unwrap();
+        self.thread.join().unwrap();
+    }
+}
+
 /// A thread that frees more than its sheaf holds of blocks other threads
 /// allocated puts its full sheaves in the class's barn; a thread whose sheaf
 /// and detached list run empty takes them before it carves its slab
@@ -150,21 +188,8 @@ fn blocks_one_thread_frees_serve_another_through_the_barn() {
         return;
     };
     let warm = blocks(64);
-    let given = blocks(5 * 32);
-    let addrs: Vec<usize> = given.iter().map(|b| b.as_ptr() as usize).collect();
     let before = class();
-    let (freed_tx, freed_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let freer = thread::spawn(move || {
-        // Warm here too, then this thread's blocks: three full sheaves go
-        // to the barn; the thread stays until the other has allocated (its
-        // exit would flush the barns).
-        drop(blocks(64));
-        drop(given);
-        freed_tx.send(()).unwrap();
-        done_rx.recv().unwrap();
-    });
-    freed_rx.recv().unwrap();
+    let freer = Freer::start();
     let after_free = class();
     assert!(
         after_free.barn_objects >= before.barn_objects + 3 * 32,
@@ -178,12 +203,13 @@ fn blocks_one_thread_frees_serve_another_through_the_barn() {
         after_alloc.barn_objects < after_free.barn_objects,
         "{after_free:?} {after_alloc:?}"
     );
-    assert!(again.iter().any(|b| addrs.contains(&(b.as_ptr() as usize))));
+    assert!(again
+        .iter()
+        .any(|b| freer.addrs.contains(&(b.as_ptr() as usize))));
     assert_eq!(slubmalloc::check_stats(), 0);
     slubmalloc::trim();
     assert_eq!(class().barn_objects, 0);
-    done_tx.send(()).unwrap();
-    freer.join().unwrap();
+    freer.finish();
     assert_eq!(slubmalloc::check_stats(), 0);
     drop((again, warm));
 }
@@ -196,19 +222,9 @@ fn a_thread_that_exits_flushes_the_barns() {
         return;
     };
     let warm = blocks(64);
-    let given = blocks(5 * 32);
-    let (freed_tx, freed_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let freer = thread::spawn(move || {
-        drop(blocks(64));
-        drop(given);
-        freed_tx.send(()).unwrap();
-        done_rx.recv().unwrap();
-    });
-    freed_rx.recv().unwrap();
+    let freer = Freer::start();
     assert!(class().barn_objects >= 3 * 32, "{:?}", class());
-    done_tx.send(()).unwrap();
-    freer.join().unwrap();
+    freer.finish();
     assert_eq!(class().barn_objects, 0, "{:?}", class());
     assert_eq!(slubmalloc::check_stats(), 0);
     drop(warm);
@@ -227,16 +243,7 @@ fn the_background_purger_flushes_the_barns() {
         return;
     }
     let warm = blocks(64);
-    let given = blocks(5 * 32);
-    let (freed_tx, freed_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let freer = thread::spawn(move || {
-        drop(blocks(64));
-        drop(given);
-        freed_tx.send(()).unwrap();
-        done_rx.recv().unwrap();
-    });
-    freed_rx.recv().unwrap();
+    let freer = Freer::start();
     assert!(class().barn_objects >= 3 * 32, "{:?}", class());
     // Neither thread calls the allocator now: the purge delay (100 ms by
     // default) passes, and the purger's purge flushes the barn.
@@ -246,8 +253,7 @@ fn the_background_purger_flushes_the_barns() {
     }
     assert_eq!(class().barn_objects, 0, "{:?}", class());
     assert!(slubmalloc::stats().totals.background_purges > 0);
-    done_tx.send(()).unwrap();
-    freer.join().unwrap();
+    freer.finish();
     assert_eq!(slubmalloc::check_stats(), 0);
     drop(warm);
 }
