@@ -214,6 +214,7 @@ fn free_no_room(p: *mut u8) {
     // serve); else, or the barn full, the older half back to the slabs.
     let class = slab.class.get() as usize;
     // SAFETY: a block the full sheaf holds, in one of our segments.
+    // Relaxed: a hint of where the sheaf goes; nothing is read through it.
     let owner = unsafe { &*slab_of(c.sheaf_top(1)) }
         .owner
         .load(Ordering::Relaxed);
