@@ -4,8 +4,9 @@
 //! detached list are empty takes one before it carves more of its active
 //! slab. So blocks that one thread frees serve another's allocations with
 //! no trip through their slabs, and a thread that allocates what others free
-//! touches no fresh pages. Bounded (`BARN_SHEAVES` per class); `trim()`
-//! flushes the barns back to the slabs.
+//! touches no fresh pages. Bounded (`BARN_SHEAVES` per class); a thread's
+//! exit, `trim()` and every purge flush the barns back to the slabs
+//! (`free::flush_barns`).
 
 use core::cell::Cell;
 use core::ptr;

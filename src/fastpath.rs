@@ -2,17 +2,17 @@
 //! last) or else from its active slab's detached list, and free into the
 //! thread's sheaf, whatever slab the block is in and whoever owns it; a few
 //! loads, compares and stores each, no atomic read-modify-write, no lock.
-//! Everything else goes to `refill` (allocation), `sheaf` (a full sheaf's
-//! flush) and `free` (a free with no sheaf).
+//! Everything else goes to `refill` (allocation) and `free` (a full sheaf's
+//! flush, a free with no sheaf).
+
+use core::ptr;
 
 use crate::counters::Ev;
 use crate::debug;
 use crate::free::{free_slow, free_suspicious};
-use core::ptr;
-
 use crate::freelist::{
-    corrupted_link, get_next_with, has_sheaf_tag_with, link_is_sane, may_be_free, prefetch,
-    set_next_with, set_sheaf_tag, HARDENING,
+    corrupted_link, get_next_with, has_sheaf_tag, holds_link_with, prefetch, set_next_with,
+    set_sheaf_tag, HARDENING,
 };
 use crate::heap::{ClassHeap, Heap};
 use crate::refill::alloc_slow;
@@ -178,11 +178,7 @@ pub unsafe fn free(p: *mut u8) {
 #[inline(always)]
 unsafe fn free_to_active(p: *mut u8, heap: *mut Heap, c: &ClassHeap, slab: &Slab, secret: usize) {
     // SAFETY: per the contract, `p` is a slot of 16 bytes or more.
-    if HARDENING
-        && ((unsafe { may_be_free(secret, p) }
-            && link_is_sane(p, unsafe { get_next_with(secret, p) }))
-            || unsafe { has_sheaf_tag_with(secret, p) })
-    {
+    if HARDENING && unsafe { holds_link_with(secret, p) || has_sheaf_tag(secret, p) } {
         return free_suspicious(p, heap, slab);
     }
     // SAFETY: `p` is a live object of our active slab; it becomes free.
@@ -254,15 +250,9 @@ fn free_to_slab(p: *mut u8, heap: *mut Heap) {
         return stop_invalid_free(p);
     }
     // SAFETY: `heap` owns a slab, so it is a thread's own heap, whose
-    // `secret` is set; `p` is an object slot of a slab we own, of 16
-    // bytes or more where the class has a sheaf.
+    // `secret` is set; `p` is an object slot of a slab we own.
     let secret = unsafe { (*heap).secret.get() };
-    let sheaved = slab.size.get() >= 16;
-    if HARDENING
-        && ((unsafe { may_be_free(secret, p) }
-            && link_is_sane(p, unsafe { get_next_with(secret, p) }))
-            || (sheaved && unsafe { has_sheaf_tag_with(secret, p) }))
-    {
+    if HARDENING && unsafe { holds_link_with(secret, p) || slab.in_a_sheaf(secret, p) } {
         return free_suspicious(p, heap, slab);
     }
     // SAFETY: `heap` is this thread's live heap.

@@ -41,10 +41,9 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
     // correct program, as a slab went LISTED and was taken again meanwhile).
     // SAFETY: `p` lies in a mapped slab; its first word is readable.
     let looks_free = HARDENING && unsafe { slab::looks_free(p) };
-    // A block that waits in a sheaf (its tag in its second word; a class
-    // with a sheaf has one) is free already.
-    // SAFETY: as above; a slot of 16 bytes or more.
-    if HARDENING && slab.size.get() >= 16 && unsafe { freelist::has_sheaf_tag(p) } {
+    // A block that waits in a sheaf is free already.
+    // SAFETY: as above.
+    if HARDENING && unsafe { slab.in_a_sheaf(freelist::secret(), p) } {
         double_free(p);
     }
     let heap = current();
@@ -251,8 +250,8 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
 #[cold]
 #[inline(never)]
 pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
-    // SAFETY: `p` is a slot of `slab`, of 16 bytes or more where read.
-    if slab.size.get() >= 16 && unsafe { freelist::has_sheaf_tag(p) } {
+    // SAFETY: `p` is a slot of `slab`.
+    if unsafe { slab.in_a_sheaf(freelist::secret(), p) } {
         double_free(p);
     }
     // SAFETY: `heap` is the owner of `slab`, hence a live heap.
@@ -372,8 +371,8 @@ pub fn flush_all(heap: &Heap) {
     }
 }
 
-/// Flushes the calling thread's sheaves, then the barns through them
-/// (`malloc_trim`, `trim`).
+/// Flushes the calling thread's sheaves, then the barns (`malloc_trim`,
+/// `trim`).
 pub fn flush_current() {
     let heap = current();
     if heap == EMPTY || heap == DEAD {

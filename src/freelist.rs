@@ -110,24 +110,27 @@ pub unsafe fn set_sheaf_tag(secret: usize, obj: *mut u8) {
 }
 
 /// Whether `obj` carries its sheaf tag: it waits in a sheaf, freed
-/// already (the free slow path's double-free test, beside `looks_free`).
+/// already (a double-free test beside `holds_link_with`; `Slab::in_a_sheaf`).
 ///
 /// # Safety
 /// `obj` is an object slot of at least 16 bytes that the caller may read.
-#[inline]
-pub unsafe fn has_sheaf_tag(obj: *mut u8) -> bool {
-    // SAFETY: per the contract.
-    unsafe { has_sheaf_tag_with(secret(), obj) }
-}
-
-/// `has_sheaf_tag` with the secret given (the free fast path's copy).
-///
-/// # Safety
-/// As for `has_sheaf_tag`.
 #[inline(always)]
-pub unsafe fn has_sheaf_tag_with(secret: usize, obj: *mut u8) -> bool {
+pub unsafe fn has_sheaf_tag(secret: usize, obj: *mut u8) -> bool {
     // SAFETY: per the contract, the second word is the slot's.
     unsafe { obj.cast::<usize>().add(1).read() == sheaf_tag(secret, obj) }
+}
+
+/// Whether `obj`'s first word decodes to a valid link (it is free on a
+/// list, or the program stored something that looks like one), in
+/// `may_be_free`'s two stages: its upper half first (the program's last
+/// store into the block may be a narrower one), then `link_is_sane`.
+///
+/// # Safety
+/// `obj` is an object slot of at least 8 bytes that the caller may read.
+#[inline(always)]
+pub unsafe fn holds_link_with(secret: usize, obj: *mut u8) -> bool {
+    // SAFETY: per the contract.
+    unsafe { may_be_free(secret, obj) && link_is_sane(obj, get_next_with(secret, obj)) }
 }
 
 /// What a block leaving a sheaf holds, as `take_sheaf_block` finds it.
@@ -159,12 +162,8 @@ pub unsafe fn take_sheaf_block(secret: usize, obj: *mut u8) -> SheafBlock {
     }
     // SAFETY: as above.
     unsafe { tag.write(0) };
-    // The first word in `may_be_free`'s two stages (its upper half first:
-    // the program's last store into the block may be a narrower one).
     // SAFETY: as above.
-    if unsafe { may_be_free(secret, obj) }
-        && link_is_sane(obj, unsafe { get_next_with(secret, obj) })
-    {
+    if unsafe { holds_link_with(secret, obj) } {
         return SheafBlock::Linked;
     }
     SheafBlock::Tagged

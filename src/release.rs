@@ -114,7 +114,7 @@ const IDLE_ALLOCS: u32 = 4096;
 /// after 16 slow paths, and `size_cycle`'s 18 classes kept 1.1 MB); an
 /// empty slab its node list kept goes back with it, and first the blocks
 /// its sheaf holds go back to their slabs (`flush_sheaf`, the caller's:
-/// `sheaf` is above this module). Whether the slab is
+/// `free` is above this module). Whether the slab is
 /// empty is counted, a walk of the class's free list, only once per change
 /// of the class heap's free count, so that a class that holds live blocks
 /// is not walked again at every take; frees by other threads (on the
