@@ -11,14 +11,13 @@ use crate::counters::Ev;
 use crate::debug;
 use crate::free::{free_slow, free_suspicious};
 use crate::freelist::{
-    corrupted_link, get_next_with, has_sheaf_tag, holds_link_with, prefetch, set_next_with,
-    set_sheaf_tag, HARDENING,
+    corrupted_link, get_next_with, holds_link_with, prefetch, set_sheaf_tag, HARDENING,
 };
 use crate::heap::{ClassHeap, Heap};
 use crate::refill::alloc_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{double_free, invalid_free, Slab, State};
+use crate::slab::{double_free, invalid_free, State};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
@@ -113,15 +112,16 @@ fn sampled_or_not(size: usize, align: usize, class: usize) -> *mut u8 {
 /// Frees an object inside one of our segments. Fast path (the class is
 /// warm and its sheaf has room): a TLS load, the slab from the address, its
 /// class heap (one load), the sheaf's length and capacity, the object-start
-/// test, then one of two pushes:
-/// - a block of the class's active slab goes onto the detached list, as
-///   SLUB frees to the cpu freelist, after the double-free tests on its
-///   first two words (a free-list link, a sheaf's tag): the block was
-///   handed out from that list lately, so its line is likely in cache;
-/// - any other block, whatever slab it is in and whoever owns it, goes on
-///   the sheaf, unread: the tag stored into its second word, the block
-///   compared with the sheaf's top (a block freed twice in a row). Every
-///   way out of a sheaf checks the block (`sheaf`).
+/// test, the block compared with the sheaf's top (a block freed twice in a
+/// row), its tag stored into its second word, the push. Whatever slab the
+/// block is in, whoever owns it, the block is not read: a free that read it
+/// (as this one did for blocks of the active slab, to test for a free-list
+/// link) waited on its line whenever the program had not touched it lately
+/// (larson: 1.7x tcmalloc's time, most of it on that load). Every way out
+/// of a sheaf checks the block (`sheaf`).
+///
+/// A full sheaf: a block of the active slab goes onto the detached list,
+/// checked (the free as before sheaves); any other block to `free_no_room`.
 ///
 /// # Safety
 /// `p` lies inside a mapped segment (`segment::contains(p)`).
@@ -137,8 +137,11 @@ pub unsafe fn free(p: *mut u8) {
     let cap = c.sheaf_cap.get();
     if len >= cap {
         // No sheaf (the 8-byte class, a cold class, debug mode, a static
-        // heap, the heap profile's slabs): the free as before sheaves.
-        if cap == 0 {
+        // heap, the heap profile's slabs), or a full one and a block of the
+        // active slab, which the detached list takes with no flush (a
+        // batch of frees larger than the sheaf: fastpath's batch phases
+        // 1.7x the time when these flushed): the free as before sheaves.
+        if cap == 0 || ptr::eq(c.active.get(), slab) {
             return free_to_slab(p, heap);
         }
         return free_no_room(p);
@@ -150,11 +153,6 @@ pub unsafe fn free(p: *mut u8) {
     }
     // SAFETY: a heap with a sheaf is a thread's own, whose `secret` is set.
     let secret = unsafe { (*heap).secret.get() };
-    if ptr::eq(c.active.get(), slab) {
-        // SAFETY: the active slab is the heap's own; `p` is one of its
-        // slots, of 16 bytes or more (the class has a sheaf).
-        return unsafe { free_to_active(p, heap, c, slab, secret) };
-    }
     if HARDENING && c.sheaf_top(len) == p {
         return stop_double_free(p);
     }
@@ -167,30 +165,9 @@ pub unsafe fn free(p: *mut u8) {
     c.ev.inc(Ev::FreeSheaf);
 }
 
-/// A free into the heap's active slab `slab` of class heap `c`: the
-/// double-free tests (a free-list link in the first word, in two stages,
-/// `may_be_free` then `link_is_sane`; the sheaf's tag in the second: the
-/// block waits in a sheaf), then the push onto the detached list.
-///
-/// # Safety
-/// `slab` is `c`'s active slab, `c` a class heap of `heap` with a sheaf,
-/// `p` a slot of `slab`, `secret` the heap's.
-#[inline(always)]
-unsafe fn free_to_active(p: *mut u8, heap: *mut Heap, c: &ClassHeap, slab: &Slab, secret: usize) {
-    // SAFETY: per the contract, `p` is a slot of 16 bytes or more.
-    if HARDENING && unsafe { holds_link_with(secret, p) || has_sheaf_tag(secret, p) } {
-        return free_suspicious(p, heap, slab);
-    }
-    // SAFETY: `p` is a live object of our active slab; it becomes free.
-    unsafe { set_next_with(secret, p, c.detached.get()) };
-    c.detached.set(p);
-    c.ev.inc(Ev::FreeFast);
-}
-
-/// The free fast path found the sheaf full: a block of the active slab
-/// goes to it all the same; any other block goes on the sheaf once the
-/// sheaf has gone to the class's barn whole, or, the barn full, once its
-/// older half is flushed.
+/// The free fast path found the sheaf full, and `p` is not of the active
+/// slab: it goes on the sheaf once the sheaf has gone to the class's barn
+/// whole, or, the barn full, once its older half is flushed.
 #[inline(never)]
 fn free_no_room(p: *mut u8) {
     let heap = current();
@@ -199,9 +176,6 @@ fn free_no_room(p: *mut u8) {
     // SAFETY: as for `free`.
     let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
     let cap = c.sheaf_cap.get();
-    if ptr::eq(c.active.get(), slab) {
-        return free_to_slab(p, heap);
-    }
     // The whole sheaf into the class's barn, for another thread whose sheaf
     // runs empty, if its oldest block is of a slab another heap owns:
     // blocks another thread allocated (those of the thread's own slabs go

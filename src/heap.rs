@@ -50,7 +50,7 @@ pub struct ClassHeap {
     pub detached: Cell<*mut u8>,
     pub ev: Counters,
     /// The sheaf (`sheaf`): blocks of the class this thread freed, from any
-    /// slab but the active one, handed out again last in, first out.
+    /// slab, handed out again last in, first out.
     /// `sheaf[0]` stays null, so that the free fast path compares the block
     /// with the top (`sheaf[sheaf_len]`) without testing for an empty sheaf.
     pub sheaf: [Cell<*mut u8>; SHEAF_MAX + 1],

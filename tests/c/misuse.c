@@ -98,7 +98,8 @@
  *   double_free_other_sheaf    a, of this thread's active slab, freed by
  *                          a thread whose class is warm (into its sheaf)
  *                          that stays alive; then free(a) here (OP
- *                          `free`, or `full`)
+ *                          `free`, or `full`: a full sheaf sends a into
+ *                          its slab, which reads it)
  *   double_free_two_sheaves    as double_free_other_sheaf, a not of this
  *                          thread's active slab: free(a) here goes into this
  *                          thread's sheaf too (not stopped: the sheaf reads
