@@ -75,7 +75,7 @@ pub fn stop(found: SheafBlock, p: *mut u8) -> *mut u8 {
 /// are put back after: destructors that run later may still allocate.
 extern "C" fn check_at_exit() {
     let heap = current();
-    if heap == EMPTY || heap == DEAD {
+    if !HARDENING || heap == EMPTY || heap == DEAD {
         return;
     }
     // SAFETY: a created heap lives until this thread's destructor.
