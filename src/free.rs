@@ -286,9 +286,10 @@ fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
 /// Hands the `n` oldest blocks of `c`'s sheaf (the bottom ones: the top
 /// ones are the likeliest in cache) back to their slabs, each checked, and
 /// moves the rest down. Blocks of one slab one after another go back as a
-/// run: into a slab another heap owns with one CAS (`push_remote_run`),
-/// which a thread that frees what another allocated in order (a consumer)
-/// makes long; else each as the free it would have been before sheaves.
+/// run: into the thread's own slab with one splice, into a slab another
+/// heap owns with one CAS (`push_remote_run`), which a thread that frees
+/// what another allocated in order (a consumer) makes long; else (a FULL
+/// or listed slab) each as the free it would have been before sheaves.
 pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
     let len = c.sheaf_len.get();
     crate::sync::invariant!(n <= len);
