@@ -337,16 +337,17 @@ fn flush_blocks(heap: &Heap, blocks: &[core::cell::Cell<*mut u8>]) {
                 break;
             }
         }
-        flush_run(heap, head, tail, &blocks[i..end]);
+        flush_run(heap, &blocks[i..end]);
         i = end;
     }
 }
 
-/// Frees `run`, checked blocks of one slab out of a sheaf, linked from
-/// `head` to `tail`, into their slab: by its owner (`free_owned_unchecked`),
+/// Frees `run`, checked blocks of one slab out of a sheaf, linked first to
+/// last already, into their slab: by its owner (`free_owned_unchecked`),
 /// else pushed onto its remote list in one CAS, or (a FULL or LISTED slab)
 /// each through `free_unowned`. Counted as the slab-level frees they are.
-fn flush_run(heap: &Heap, head: *mut u8, tail: *mut u8, run: &[core::cell::Cell<*mut u8>]) {
+fn flush_run(heap: &Heap, run: &[core::cell::Cell<*mut u8>]) {
+    let (head, tail) = (run[0].get(), run[run.len() - 1].get());
     // SAFETY: `head` is a block of one of our segments (a sheaf took it).
     let slab = unsafe { &*crate::segment::slab_of(head) };
     let me = heap as *const Heap as usize;

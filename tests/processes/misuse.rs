@@ -289,9 +289,11 @@ const SHEAF_TAG: &[&str] = &["sheaf tag"];
 /// `stopped_with`, and no block handed out twice before the stop (the
 /// program reports one: "handed out ... twice").
 fn stopped_before_handed_out_twice(case: &str, places: &[&str], op: &str, names: &[&str]) {
-    stopped_with(case, places, op, &[], names, 0);
     for place in places {
         let o = run(case, place, op, &[]);
+        let what = format!("misuse {case} {place} {op} (env [])");
+        let addr = printed_address(&o);
+        assert_stopped(&what, &o, names, addr, addr);
         assert!(
             !common::stdout(&o).contains("handed out"),
             "misuse {case} {place} {op}: a block was handed out twice\n{}",
