@@ -86,6 +86,10 @@
 //! repository.
 
 #![cfg_attr(feature = "nightly", feature(allocator_api))]
+// The preload library (`preload/`, which builds this crate with
+// `--cfg slubmalloc_preload`) links no std when it aborts on a panic, as
+// release builds do: `preload.rs`.
+#![cfg_attr(all(slubmalloc_preload, panic = "abort"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -114,6 +118,8 @@ mod nightly;
 mod node;
 mod options;
 mod os;
+#[cfg(all(slubmalloc_preload, panic = "abort"))]
+mod preload;
 mod prof;
 mod purge;
 mod refill;
@@ -202,6 +208,7 @@ pub fn heap_profile_enabled() -> bool {
 /// 0600 less the umask (the profile shows the process's memory layout).
 /// Fails if profiling is off (`SLUBMALLOC_PROF=1` turns it on at start-up)
 /// or the file cannot be opened.
+#[cfg(not(slubmalloc_preload))]
 pub fn write_heap_profile<P: AsRef<std::path::Path>>(path: P) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     if !prof::sample::enabled() {

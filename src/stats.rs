@@ -341,6 +341,7 @@ impl Stats {
 
     /// The snapshot as a JSON string (allocates; for programs, not for the
     /// allocator's own report, which uses `write_json`).
+    #[cfg(not(slubmalloc_preload))]
     pub fn to_json(&self) -> String {
         let mut s = String::new();
         let _ = self.write_json(&mut s);

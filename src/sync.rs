@@ -130,15 +130,15 @@ impl Lock {
         }
     }
 
-    /// Spins, then yields (crossbeam's `Backoff`: 1, 2, .. 64 pause
-    /// instructions, then `sched_yield`, eleven rounds in all, retrying the
-    /// lock after each), while the holder is likely to let go soon; then
+    /// Spins, then yields (`Backoff`: 1, 2, .. 64 pause instructions, then
+    /// `sched_yield`, eleven rounds in all, retrying the lock after each),
+    /// while the holder is likely to let go soon; then
     /// sleeps on the futex. Neither step allocates or touches errno.
     #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) {
-        let backoff = crossbeam_utils::Backoff::new();
+        let backoff = Backoff::new();
         while !backoff.is_completed() {
             // Acquire: as in `lock`.
             if self.state.load(Ordering::Relaxed) == UNLOCKED
@@ -318,6 +318,48 @@ pub fn store_order_fence() {
     fence(Ordering::Release);
 }
 
+/// A wait that spins, then yields: each `snooze` spins 1, 2, 4 .. 64
+/// `pause` instructions, then, from the eighth, yields the CPU
+/// (`sched_yield`); after eleven it `is_completed`, for a caller that then
+/// sleeps. No allocation, no errno (`sched_yield` cannot fail on Linux).
+/// crossbeam-utils' `Backoff` does the same, but yields through std, which
+/// the preload library does not link (`preload.rs`).
+#[cfg(not(loom))]
+struct Backoff {
+    step: core::cell::Cell<u32>,
+}
+
+#[cfg(not(loom))]
+impl Backoff {
+    const SPIN_STEPS: u32 = 6;
+    const STEPS: u32 = 10;
+
+    fn new() -> Backoff {
+        Backoff {
+            step: core::cell::Cell::new(0),
+        }
+    }
+
+    fn snooze(&self) {
+        let step = self.step.get();
+        if step <= Self::SPIN_STEPS {
+            for _ in 0..1u32 << step {
+                core::hint::spin_loop();
+            }
+        } else {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        if step <= Self::STEPS {
+            self.step.set(step + 1);
+        }
+    }
+
+    fn is_completed(&self) -> bool {
+        self.step.get() > Self::STEPS
+    }
+}
+
 /// A one-time initialisation that never blocks in a forked child. `call`
 /// runs its function once per process; other threads wait for it, spinning
 /// then yielding (`Backoff::snooze` ends in `sched_yield`: no allocation, no
@@ -354,7 +396,7 @@ impl Once {
     pub fn call(&self, f: impl FnOnce()) -> bool {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() } as u32;
-        let backoff = crossbeam_utils::Backoff::new();
+        let backoff = Backoff::new();
         let mut from = 0;
         loop {
             // Acquire: on DONE, what `f` wrote is ours to read.

@@ -88,10 +88,13 @@ pub fn weights(size: usize, rate: u64) -> (u64, u64) {
     let x = size as f64 / rate as f64;
     // 1/p with p = 1 - exp(-x), computed without cancellation for small x.
     let inv_p = 1.0 / -exp_m1(-x);
-    (
-        (inv_p * COUNT_ONE as f64).round() as u64,
-        (inv_p * size as f64).round() as u64,
-    )
+    (round(inv_p * COUNT_ONE as f64), round(inv_p * size as f64))
+}
+
+/// A non-negative `x` rounded to the nearest integer (`f64::round` is
+/// std's: the preload library has none, `preload.rs`).
+fn round(x: f64) -> u64 {
+    (x + 0.5) as u64
 }
 
 // The two functions of libm the profile needs, written here: with them from

@@ -20,6 +20,9 @@ const URC_END_OF_STACK: c_int = 5;
 
 type TraceFn = extern "C" fn(ctx: *mut c_void, arg: *mut c_void) -> c_int;
 
+// std links the unwinder for its own unwinding; the preload library,
+// which links no std (`preload.rs`), names it here.
+#[cfg_attr(all(slubmalloc_preload, panic = "abort"), link(name = "gcc_s"))]
 extern "C" {
     fn _Unwind_Backtrace(trace: TraceFn, arg: *mut c_void) -> c_int;
     fn _Unwind_GetIPInfo(ctx: *mut c_void, ip_before_insn: *mut c_int) -> usize;

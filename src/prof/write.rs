@@ -66,7 +66,8 @@ fn write_to_file(wait: bool) {
 }
 
 /// Writes the profile to the file at `path` (NUL-terminated); the errno of
-/// a failed open.
+/// a failed open. (Rust's `write_heap_profile`: not in the preload library.)
+#[cfg(not(slubmalloc_preload))]
 pub fn write_to_path(path: &CStr) -> Result<(), i32> {
     let fd = open_for_profile(path);
     if fd < 0 {
@@ -104,6 +105,7 @@ fn lock(wait: bool) -> bool {
 const PROFILE_MODE: u32 = 0o600;
 
 /// Opens the program's own `path` (`write_heap_profile`) to be rewritten.
+#[cfg(not(slubmalloc_preload))]
 fn open_for_profile(path: &CStr) -> i32 {
     // SAFETY: `path` is NUL-terminated.
     unsafe {

@@ -1,0 +1,28 @@
+//! What the preload library links in place of std. Built to abort on a
+//! panic (the release profile), `libslubmalloc.so` is a `no_std` crate:
+//! std's panic machinery, with its backtrace printer and symbolizer (200
+//! KiB of code), and the unwinder library it loads (`libgcc_s.so.1`, unless
+//! the heap profile links it, `prof/unwind.rs`) would otherwise be mapped,
+//! and partly resident, in every program under it (one million
+//! `malloc(64)` + `free` pairs: peak RSS 1,760 KiB with std, 1,512 without,
+//! mimalloc 1,720; `/usr/bin/time -f %M`).
+
+use core::fmt::Write;
+
+/// The allocator does not panic on any input: a panic is a bug in it. It
+/// stops the process with the panic's message and place, written without
+/// allocating.
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    let mut buf = crate::fmt::FixedBuf::<256>::new();
+    let _ = writeln!(buf, "slubmalloc: internal error: {info}");
+    crate::os::write_all(2, buf.as_bytes());
+    // SAFETY: abort has no preconditions and does not return.
+    unsafe { libc::abort() }
+}
+
+/// The personality routine that the unwind tables of core's prebuilt code
+/// name (Rust's, which std defines). Nothing unwinds in a build that aborts
+/// on a panic, so nothing calls it; it only lets the library load.
+#[no_mangle]
+extern "C" fn rust_eh_personality() {}
