@@ -21,8 +21,28 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     unsafe { libc::abort() }
 }
 
-/// The personality routine that the unwind tables of core's prebuilt code
-/// name (Rust's, which std defines). Nothing unwinds in a build that aborts
-/// on a panic, so nothing calls it; it only lets the library load.
+// The personality routine that the unwind tables of core's prebuilt code
+// name (Rust's, which std defines): the library does not load without a
+// definition. Nothing unwinds in a build that aborts on a panic, so
+// nothing calls it: it traps if anything ever does. Hidden, so that the
+// library does not export it: a `#[no_mangle]` function would be, and
+// could then take the place of a program's own.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".globl rust_eh_personality",
+    ".hidden rust_eh_personality",
+    ".type rust_eh_personality, @function",
+    "rust_eh_personality:",
+    "ud2",
+);
+#[cfg(target_arch = "aarch64")]
+core::arch::global_asm!(
+    ".globl rust_eh_personality",
+    ".hidden rust_eh_personality",
+    ".type rust_eh_personality, %function",
+    "rust_eh_personality:",
+    "brk #0",
+);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 #[no_mangle]
 extern "C" fn rust_eh_personality() {}

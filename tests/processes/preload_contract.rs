@@ -446,3 +446,56 @@ fn the_preload_library_loads_no_library_but_libc_the_loader_and_the_unwinder() {
     };
     assert!(libraries.iter().all(allowed), "{libraries:?}");
 }
+
+/// The preload library exports the C malloc family and its own
+/// `slubmalloc_` symbols, nothing else. Built without std it defines
+/// `rust_eh_personality` (core's unwind tables name it, `src/preload.rs`);
+/// exported, it would take the place of a program's own, whose unwinding
+/// it cannot do.
+#[test]
+fn the_preload_library_exports_the_malloc_family_and_its_own_symbols_only() {
+    const FAMILY: &[&str] = &[
+        "malloc",
+        "free",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "malloc_usable_size",
+        "cfree",
+        "malloc_trim",
+        "malloc_stats",
+        "mallinfo",
+        "mallinfo2",
+        "malloc_info",
+        "__libc_malloc",
+        "__libc_free",
+        "__libc_calloc",
+        "__libc_realloc",
+        "__libc_memalign",
+        "__libc_valloc",
+        "__libc_pvalloc",
+        "__posix_memalign",
+    ];
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(common::preload_lib())
+        .output()
+        .expect("run nm");
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let table = common::stdout(&out);
+    let exported: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert!(FAMILY.iter().all(|f| exported.contains(f)), "{exported:?}");
+    let strays: Vec<&&str> = exported
+        .iter()
+        .filter(|s| !FAMILY.contains(s) && !s.starts_with("slubmalloc_"))
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
+}
