@@ -155,11 +155,24 @@ fn stopped_with(
     slack: u64,
 ) {
     for place in places {
-        let o = run(case, place, op, env);
-        let what = format!("misuse {case} {place} {op} (env {env:?})");
-        let addr = printed_address(&o);
-        assert_stopped(&what, &o, names, addr, addr + slack);
+        stopped_in(case, place, op, env, names, slack);
     }
+}
+
+/// `stopped_with` in one `place`; the run's output, for further checks.
+fn stopped_in(
+    case: &str,
+    place: &str,
+    op: &str,
+    env: &[(&str, &str)],
+    names: &[&str],
+    slack: u64,
+) -> Output {
+    let o = run(case, place, op, env);
+    let what = format!("misuse {case} {place} {op} (env {env:?})");
+    let addr = printed_address(&o);
+    assert_stopped(&what, &o, names, addr, addr + slack);
+    o
 }
 
 /// `stopped_with` for `free`, in the default mode, naming the address.
@@ -290,10 +303,7 @@ const SHEAF_TAG: &[&str] = &["sheaf tag"];
 /// program reports one: "handed out ... twice").
 fn stopped_before_handed_out_twice(case: &str, places: &[&str], op: &str, names: &[&str]) {
     for place in places {
-        let o = run(case, place, op, &[]);
-        let what = format!("misuse {case} {place} {op} (env [])");
-        let addr = printed_address(&o);
-        assert_stopped(&what, &o, names, addr, addr);
+        let o = stopped_in(case, place, op, &[], names, 0);
         assert!(
             !common::stdout(&o).contains("handed out"),
             "misuse {case} {place} {op}: a block was handed out twice\n{}",

@@ -593,18 +593,16 @@ fn a_cold_free_lists_the_full_slab_it_claims_while_another_frees_into_it() {
 }
 
 /// A sheaf's flush of `run`, objects of the slab that its heap `me` gives
-/// up, as `free::flush_run` pushes them: linked one to the next by the
-/// check closure (once the slab is known to be another heap's OWNED one),
-/// then pushed with one CAS by the shipped `Slab::push_remote_run`.
+/// up, as `free::flush_blocks` and `free::flush_run` push them: linked one
+/// to the next first (as each block is checked), then pushed with one CAS
+/// by the shipped `Slab::push_remote_run`, with nothing left to check.
 fn push_run(slab: &Slab, run: &[usize], me: usize) -> Push {
-    let link = || {
-        for w in run.windows(2) {
-            // SAFETY: objects of the slab, in use, given up by the caller.
-            unsafe { set_next(w[0] as *mut u8, w[1] as *mut u8) };
-        }
-    };
+    for w in run.windows(2) {
+        // SAFETY: objects of the slab, in use, given up by the caller.
+        unsafe { set_next(w[0] as *mut u8, w[1] as *mut u8) };
+    }
     let tail = run[run.len() - 1] as *mut u8;
-    slab.push_remote_run(run[0] as *mut u8, tail, me, link)
+    slab.push_remote_run(run[0] as *mut u8, tail, me, || {})
 }
 
 #[test]
