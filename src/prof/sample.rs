@@ -28,6 +28,13 @@
 //! guard set and no lock held (`prof::unwind`), then under `PROF_LOCK` a block is
 //! taken from the profile heap and entered in the table. Threads past their
 //! exit destructor are not sampled (they have no countdown).
+//!
+//! Where a stack starts: as the C heap (the `override` feature) or in any
+//! build of the preload library, which has no std and serves no Rust
+//! program, the frames in the allocator's own code range are dropped;
+//! linked into a Rust program, its out-of-line functions and the
+//! `__rust_alloc` shims found by `calibrate` (which allocates through std)
+//! are dropped by address.
 
 use core::ptr;
 
@@ -111,7 +118,7 @@ pub fn sample_small(class: usize, size: usize, align: usize, caller: usize) -> *
     let Some(h) = own_heap() else {
         return ptr::null_mut();
     };
-    #[cfg(not(feature = "override"))]
+    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
     if h.prof_calibrating.get() {
         calibration_sample(h, caller);
         return ptr::null_mut();
@@ -119,7 +126,7 @@ pub fn sample_small(class: usize, size: usize, align: usize, caller: usize) -> *
     if !should_sample(h) {
         return ptr::null_mut();
     }
-    #[cfg(not(feature = "override"))]
+    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
     calibrate(h);
     h.prof_busy.set(true);
     let mut frames = [0usize; MAX_FRAMES];
@@ -323,18 +330,18 @@ pub fn realloc_large(p: *mut u8, q: *mut u8, new_size: usize) {
 
 /// The code range of the preload library, found at the first sample
 /// (start, end; `end == 0` until then).
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 static OWN_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
 /// Linked into a Rust program: the start addresses of the functions of the
 /// `__rust_alloc` family into which `GlobalAlloc` is inlined (0: none, as
 /// when they are inlined into their callers or jump to the sampler), found
 /// by `calibrate`; and whether it has run (0 no, 1 running, 2 done).
-#[cfg(not(feature = "override"))]
+#[cfg(not(any(feature = "override", slubmalloc_preload)))]
 static ENTRY_SHIMS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
-#[cfg(not(feature = "override"))]
+#[cfg(not(any(feature = "override", slubmalloc_preload)))]
 static CALIBRATION: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
-#[cfg(not(feature = "override"))]
+#[cfg(not(any(feature = "override", slubmalloc_preload)))]
 static CALIBRATION_STEP: AtomicUsize = AtomicUsize::new(0);
 
 /// Once per process, at the first sample of a Rust program: allocates
@@ -342,7 +349,7 @@ static CALIBRATION_STEP: AtomicUsize = AtomicUsize::new(0);
 /// run out, so that each reaches `sample_small`, which notes the function
 /// between it and this one (`calibration_sample`). Those functions are
 /// then dropped from every stack, which thus starts at the program's call.
-#[cfg(not(feature = "override"))]
+#[cfg(not(any(feature = "override", slubmalloc_preload)))]
 #[inline(never)]
 fn calibrate(h: &Heap) {
     use std::alloc::Layout;
@@ -388,7 +395,7 @@ fn calibrate(h: &Heap) {
 /// `calibrate`'s allocation reached the sampler: the first frame outside
 /// the allocator's functions is either `calibrate` (the entry point was
 /// inlined or jumped here) or the entry point, whose start is noted.
-#[cfg(not(feature = "override"))]
+#[cfg(not(any(feature = "override", slubmalloc_preload)))]
 fn calibration_sample(h: &Heap, caller: usize) {
     h.prof_calibrating.set(false);
     let mut frames = [0usize; MAX_FRAMES];
@@ -410,9 +417,9 @@ fn calibration_sample(h: &Heap, caller: usize) {
 /// call and the capture of its stack (`caller`: the sampler's, or 0).
 #[inline(always)]
 fn internal_functions(caller: usize) -> [usize; 8] {
-    #[cfg(not(feature = "override"))]
+    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
     let shim = |i: usize| ENTRY_SHIMS[i].load(Ordering::Relaxed);
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     let shim = |_| 0;
     [
         0,
@@ -434,7 +441,7 @@ fn internal_functions(caller: usize) -> [usize; 8] {
 #[inline(always)]
 fn capture_stack(out: &mut [usize; MAX_FRAMES], caller: usize) -> usize {
     let functions = internal_functions(caller);
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     let text = {
         // Relaxed: a cache of a value every thread computes the same.
         if OWN_TEXT[1].load(Ordering::Relaxed) == 0 {
@@ -447,7 +454,7 @@ fn capture_stack(out: &mut [usize; MAX_FRAMES], caller: usize) -> usize {
             OWN_TEXT[1].load(Ordering::Relaxed),
         )
     };
-    #[cfg(not(feature = "override"))]
+    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
     let text = (0, 0);
     unwind::capture(
         out,

@@ -32,7 +32,7 @@ extern "C" {
 
 /// The start of the function containing the return address `ret` (0 if
 /// the unwinder knows none).
-#[cfg(not(feature = "override"))]
+#[cfg(not(any(feature = "override", slubmalloc_preload)))]
 pub fn function_of(ret: usize) -> usize {
     // SAFETY: a lookup in the loaded objects' unwind tables; `ret - 1` lies
     // in the call instruction.
@@ -109,7 +109,7 @@ pub fn capture(out: &mut [usize; MAX_FRAMES], skip: &Skip) -> usize {
 /// The executable code range of the object (executable or shared library)
 /// that contains `addr`, or (0, 0). Uses `dl_iterate_phdr`, which takes the
 /// loader's lock and does not allocate.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 pub fn text_range_of(addr: usize) -> (usize, usize) {
     struct Find {
         addr: usize,
