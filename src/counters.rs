@@ -154,3 +154,11 @@ impl Global {
         }
     }
 }
+
+/// Raises a maximum written only under one lock (its writers' own) to `v`:
+/// a relaxed load and store, no locked instruction.
+pub fn raise(max: &AtomicU64, v: u64) {
+    if v > max.load(Ordering::Relaxed) {
+        max.store(v, Ordering::Relaxed);
+    }
+}

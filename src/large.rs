@@ -1,14 +1,15 @@
 //! Large blocks (above the largest size class): each in its own mapping,
 //! found on free through an open-addressing table keyed by address, so a
 //! pointer we never handed out is recognised, not followed. Freed mappings
-//! are kept for reuse in a cache (`large_cache`, the table's other half,
-//! under the same lock); mappings are made, grown and resized by
+//! are kept for reuse in a cache (`large_cache::Cache`, a part of the
+//! table, under the same lock); mappings are made, grown and resized by
 //! `large_map`. Here: the address table, and the entry points (`alloc`,
 //! `free`, `realloc`, the purge of the cache, the repair in a forked child).
 
 use core::ptr;
 
-use crate::large_cache::{Cached, Evicted, Hit, CACHE_SLOTS, NO_CACHED};
+use crate::counters::raise;
+use crate::large_cache::{Cache, Evicted, Hit};
 use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap_block};
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
@@ -39,12 +40,7 @@ pub struct Table {
     switching: (*mut Entry, usize),
     /// Live entries plus tombstones.
     used: usize,
-    pub cache: [Cached; CACHE_SLOTS],
-    pub cached_bytes: usize,
-    /// Bytes of live large blocks' mappings, and the most since the last
-    /// purge pass: what the cache's bound follows.
-    pub live_bytes: usize,
-    pub recent_peak: usize,
+    cache: Cache,
     freed: [usize; FREED_RING],
     freed_next: usize,
     /// A freed block's mapping longer than this is cached inaccessible, and
@@ -60,10 +56,7 @@ const NEW_TABLE: Table = Table {
     cap: 0,
     switching: (ptr::null_mut(), 0),
     used: 0,
-    cache: [NO_CACHED; CACHE_SLOTS],
-    cached_bytes: 0,
-    live_bytes: 0,
-    recent_peak: 0,
+    cache: Cache::EMPTY,
     freed: [0; FREED_RING],
     freed_next: 0,
     protect_above: PROTECT_ABOVE_START,
@@ -103,13 +96,6 @@ impl Table {
             self.protect_above = len;
         }
         true
-    }
-}
-
-/// Raises a maximum written only under the table's lock to `v`.
-pub fn raise(max: &AtomicU64, v: u64) {
-    if v > max.load(Ordering::Relaxed) {
-        max.store(v, Ordering::Relaxed);
     }
 }
 
@@ -183,7 +169,7 @@ impl Table {
             base,
             len,
         });
-        self.live_changed(len as isize);
+        self.cache.live_changed(len as isize);
         let g = crate::counters::global();
         add(&g.large_blocks, 1);
         add(&g.large_bytes, len as u64);
@@ -199,7 +185,7 @@ impl Table {
         let e = self.slot(i);
         invariant!(e.ptr > TOMBSTONE);
         self.slot_mut(i).ptr = TOMBSTONE;
-        self.live_changed(-(e.len as isize));
+        self.cache.live_changed(-(e.len as isize));
         let g = crate::counters::global();
         add(&g.large_blocks, 1u64.wrapping_neg());
         add(&g.large_bytes, (e.len as u64).wrapping_neg());
@@ -264,7 +250,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             if !t.room() {
                 return Err(());
             }
-            let hit = t.take_cached(len);
+            let hit = t.cache.take(len);
             if let Some(Hit::Fits(base, l, _)) = hit {
                 t.enter(base, l, true);
             }
@@ -371,7 +357,7 @@ pub fn free(p: *mut u8) -> Freed {
     let now = crate::purge::now_ns();
     let mut evicted = Evicted::new();
     if !protect || os::protect(e.base as *mut u8, e.len, false) {
-        LARGE.with(|t| t.cache_freed(e.base, e.len, protect, now, &mut evicted));
+        LARGE.with(|t| t.cache.keep(e.base, e.len, protect, now, &mut evicted));
     } else {
         // The kernel would need a mapping more than it allows: unmapped, it
         // faults too.
@@ -398,7 +384,7 @@ fn uncache_failed(base: usize) {
             &crate::counters::global().large_cache_hits,
             1u64.wrapping_neg(),
         );
-        t.cache_freed(e.base, e.len, true, now, &mut evicted);
+        t.cache.keep(e.base, e.len, true, now, &mut evicted);
     });
     evicted.unmap_all(false);
 }
@@ -435,7 +421,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
         if new_len <= e.len && new_len > e.len / 2 {
             return Some(p as *mut u8); // fits, and shrinking would not save much
         }
-        if new_len > e.len && t.best_cached(new_len).is_some() {
+        if new_len > e.len && t.cache.best_fit(new_len).is_some() {
             // Copying into a cached mapping beats growing: its pages are
             // already resident, new ones from mremap would fault one by one.
             return None;
@@ -462,7 +448,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             t.slot_mut(i).ptr = p;
             return None;
         }
-        t.live_changed(new_len as isize - e.len as isize);
+        t.cache.live_changed(new_len as isize - e.len as isize);
         let g = crate::counters::global();
         add(&g.large_bytes, (new_len as u64).wrapping_sub(e.len as u64));
         g.large_mapped.fetch_add(
@@ -484,18 +470,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
 /// pass: the cache's bound forgets the peak before it.
 pub fn purge_cache(cutoff_ns: u64) -> bool {
     let mut out = Evicted::new();
-    let left = LARGE.with(|t| {
-        for c in t.cache.iter_mut() {
-            if c.base != 0 && c.freed_at_ns < cutoff_ns {
-                out.push(c.base, c.len);
-                t.cached_bytes -= c.len;
-                *c = NO_CACHED;
-            }
-        }
-        t.recent_peak = t.live_bytes;
-        t.publish_cache();
-        t.cached_bytes > 0
-    });
+    let left = LARGE.with(|t| t.cache.purge(cutoff_ns, &mut out));
     out.unmap_all(true);
     left
 }
@@ -518,21 +493,19 @@ pub fn repair_in_child() {
         t.switching = (ptr::null_mut(), 0);
     }
     t.used = (0..t.cap).filter(|&i| t.slot(i).ptr != VACANT).count();
-    t.cache = [NO_CACHED; CACHE_SLOTS];
-    t.cached_bytes = 0;
-    t.live_bytes = (0..t.cap)
+    let live_bytes = (0..t.cap)
         .map(|i| t.slot(i))
         .filter(|e| e.ptr > TOMBSTONE)
         .map(|e| e.len)
         .sum();
-    t.publish_cache();
+    t.cache.reset_in_child(live_bytes);
     LARGE.lock.reset_in_child();
 }
 
 /// Cached mappings (pieces kept for reuse) now: one lock hold For `mallinfo2`.
 #[cfg(feature = "override")]
 pub fn cached_pieces() -> u64 {
-    LARGE.with(|t| t.cache.iter().filter(|c| c.base != 0).count() as u64)
+    LARGE.with(|t| t.cache.pieces())
 }
 
 /// Number of live large blocks by walking the table (verification only).

@@ -4,8 +4,8 @@
 //! leaves its tail cached, or grows a smaller one with mremap (its pages
 //! move, still resident); neighbouring cached pieces merge again. A cached
 //! mapping unused for the purge delay is unmapped (`large::purge_cache`).
-//! The cache is part of the large blocks' table (`large::Table`), under its
-//! lock; these are its methods.
+//! The cache is a part of the large blocks' table (`large::Table::cache`),
+//! under its lock.
 //!
 //! A freed block bigger than any freed before it (glibc's dynamic mmap
 //! threshold, `large::PROTECT_ABOVE_START`) is cached inaccessible
@@ -20,12 +20,12 @@
 
 use core::mem::MaybeUninit;
 
-use crate::large::{raise, Table};
+use crate::counters::raise;
 use crate::large_map::unmap_block;
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::Ordering;
 
-/// Cached mappings: at most this many, and at most `Table::cache_limit`
+/// Cached mappings: at most this many, and at most `Cache::limit`
 /// bytes in all: half of the most bytes live in large blocks at once since
 /// the last purge (the purge delay decides when it shrinks), within these
 /// bounds. For 20 live blocks of 5-25 MiB replaced one at a time
@@ -54,29 +54,47 @@ const CACHE_MAX_BYTES: usize = 1 << 30;
 
 /// A freed mapping kept for reuse (`base == 0`: empty slot).
 #[derive(Clone, Copy)]
-pub struct Cached {
-    pub base: usize,
-    pub len: usize,
-    pub freed_at_ns: u64,
+struct Cached {
+    base: usize,
+    len: usize,
+    freed_at_ns: u64,
     /// Some of it is inaccessible: handing it out takes an mprotect.
-    pub protected: bool,
+    protected: bool,
 }
 
-pub const NO_CACHED: Cached = Cached {
+const NO_CACHED: Cached = Cached {
     base: 0,
     len: 0,
     freed_at_ns: 0,
     protected: false,
 };
 
-impl Table {
+/// The cached mappings, their bytes, and the live large blocks' bytes that
+/// bound them.
+pub struct Cache {
+    slots: [Cached; CACHE_SLOTS],
+    bytes: usize,
+    /// Bytes of live large blocks' mappings, and the most since the last
+    /// purge pass: what the cache's bound follows.
+    live_bytes: usize,
+    recent_peak: usize,
+}
+
+impl Cache {
+    pub const EMPTY: Cache = Cache {
+        slots: [NO_CACHED; CACHE_SLOTS],
+        bytes: 0,
+        live_bytes: 0,
+        recent_peak: 0,
+    };
+
     /// The smallest cached mapping of at least `len` bytes, in one pass
     /// without branches: a key is a length with the slot's index in its low
     /// bits (lengths are whole pages), so a min chooses the slot, the first
     /// of equals. About six instructions a slot, no jump that mispredicts.
-    pub fn best_cached(&self, len: usize) -> Option<usize> {
+    pub fn best_fit(&self, len: usize) -> Option<usize> {
         let mut best = usize::MAX;
-        for (i, c) in self.cache.iter().enumerate() {
+        for (i, c) in self.slots.iter().enumerate() {
             // An empty slot's length is 0, below any request.
             best = best.min(if c.len >= len { c.len | i } else { usize::MAX });
         }
@@ -89,42 +107,42 @@ impl Table {
     /// times the request), else split with its tail left cached; failing
     /// that, the largest of at least half the size and `GROW_MIN_BYTES`,
     /// for the caller to grow.
-    pub fn take_cached(&mut self, len: usize) -> Option<Hit> {
-        let hit = match self.best_cached(len) {
+    pub fn take(&mut self, len: usize) -> Option<Hit> {
+        let hit = match self.best_fit(len) {
             Some(i) => {
-                let c = self.cache[i];
+                let c = self.slots[i];
                 let spare = c.len - len;
                 let whole = spare <= len / 8 || (spare < SPLIT_MIN_BYTES && c.len <= 4 * len);
                 if !whole {
-                    self.cache[i].base += len;
-                    self.cache[i].len -= len;
-                    self.cached_bytes -= len;
+                    self.slots[i].base += len;
+                    self.slots[i].len -= len;
+                    self.bytes -= len;
                     Hit::Fits(c.base, len, c.protected)
                 } else {
-                    self.cache[i] = NO_CACHED;
-                    self.cached_bytes -= c.len;
+                    self.slots[i] = NO_CACHED;
+                    self.bytes -= c.len;
                     Hit::Fits(c.base, c.len, c.protected)
                 }
             }
             None => {
                 let (i, c) = self
-                    .cache
+                    .slots
                     .iter()
                     .enumerate()
                     .filter(|(_, c)| c.base != 0 && c.len >= (len / 2).max(GROW_MIN_BYTES))
                     .max_by_key(|(_, c)| c.len)?;
                 let c = *c;
-                self.cache[i] = NO_CACHED;
-                self.cached_bytes -= c.len;
+                self.slots[i] = NO_CACHED;
+                self.bytes -= c.len;
                 Hit::Grow(c.base, c.len, c.protected)
             }
         };
-        self.publish_cache();
+        self.publish();
         Some(hit)
     }
 
     /// The cache's bound now (see `CACHE_SLOTS`).
-    pub fn cache_limit(&self) -> usize {
+    pub fn limit(&self) -> usize {
         (self.recent_peak / 2).clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
     }
 
@@ -135,7 +153,7 @@ impl Table {
     /// to `out`, to be unmapped after the lock is released. One pass over
     /// the slots finds the neighbours, a free slot and the oldest entry;
     /// another only for each further entry evicted.
-    pub fn cache_freed(
+    pub fn keep(
         &mut self,
         mut base: usize,
         mut len: usize,
@@ -145,12 +163,12 @@ impl Table {
     ) {
         let (mut free_slot, mut oldest) = (None, None);
         let mut oldest_at = u64::MAX;
-        for (i, c) in self.cache.iter_mut().enumerate() {
+        for (i, c) in self.slots.iter_mut().enumerate() {
             if c.base != 0 && (c.base + c.len == base || base + len == c.base) {
                 base = base.min(c.base);
                 len += c.len;
                 protected |= c.protected;
-                self.cached_bytes -= c.len;
+                self.bytes -= c.len;
                 *c = NO_CACHED;
             }
             if c.base == 0 {
@@ -159,46 +177,45 @@ impl Table {
                 (oldest, oldest_at) = (Some(i), c.freed_at_ns);
             }
         }
-        let limit = self.cache_limit();
+        let limit = self.limit();
         if len > limit {
             out.push(base, len);
-            self.publish_cache();
+            self.publish();
             return;
         }
         loop {
-            if let (Some(s), true) = (free_slot, self.cached_bytes + len <= limit) {
-                self.cache[s] = Cached {
+            if let (Some(s), true) = (free_slot, self.bytes + len <= limit) {
+                self.slots[s] = Cached {
                     base,
                     len,
                     freed_at_ns: now,
                     protected,
                 };
-                self.cached_bytes += len;
+                self.bytes += len;
                 break;
             }
             let Some(i) = oldest else {
                 out.push(base, len);
                 break;
             };
-            out.push(self.cache[i].base, self.cache[i].len);
-            self.cached_bytes -= self.cache[i].len;
-            self.cache[i] = NO_CACHED;
+            out.push(self.slots[i].base, self.slots[i].len);
+            self.bytes -= self.slots[i].len;
+            self.slots[i] = NO_CACHED;
             free_slot = free_slot.or(Some(i));
             oldest = (0..CACHE_SLOTS)
-                .filter(|&i| self.cache[i].base != 0)
-                .min_by_key(|&i| self.cache[i].freed_at_ns);
+                .filter(|&i| self.slots[i].base != 0)
+                .min_by_key(|&i| self.slots[i].freed_at_ns);
         }
-        self.publish_cache();
+        self.publish();
     }
 
     /// The cache's gauges for the statistics. Lock held.
-    pub fn publish_cache(&self) {
+    pub fn publish(&self) {
         let g = crate::counters::global();
         // Relaxed: gauges written only under the table's lock.
-        g.large_cached
-            .store(self.cached_bytes as u64, Ordering::Relaxed);
+        g.large_cached.store(self.bytes as u64, Ordering::Relaxed);
         g.large_cache_limit
-            .store(self.cache_limit() as u64, Ordering::Relaxed);
+            .store(self.limit() as u64, Ordering::Relaxed);
     }
 
     /// Accounts a live block's mapping growing by `grown` bytes (negative:
@@ -211,12 +228,44 @@ impl Table {
         );
         if self.live_bytes > self.recent_peak {
             self.recent_peak = self.live_bytes;
-            self.publish_cache();
+            self.publish();
         }
+    }
+
+    /// Moves the mappings freed before `cutoff_ns` to `out` (all of them for
+    /// `u64::MAX`); returns whether any stay cached. A purge pass: the
+    /// bound forgets the peak before it.
+    pub fn purge(&mut self, cutoff_ns: u64, out: &mut Evicted) -> bool {
+        for c in self.slots.iter_mut() {
+            if c.base != 0 && c.freed_at_ns < cutoff_ns {
+                out.push(c.base, c.len);
+                self.bytes -= c.len;
+                *c = NO_CACHED;
+            }
+        }
+        self.recent_peak = self.live_bytes;
+        self.publish();
+        self.bytes > 0
+    }
+
+    /// In a forked child whose parent held the lock: forgets every cached
+    /// mapping (an entry may be half written; the mappings stay mapped,
+    /// unused) and starts again from the live blocks' `live_bytes`.
+    pub fn reset_in_child(&mut self, live_bytes: usize) {
+        self.slots = [NO_CACHED; CACHE_SLOTS];
+        self.bytes = 0;
+        self.live_bytes = live_bytes;
+        self.publish();
+    }
+
+    /// Cached mappings now.
+    #[cfg(feature = "override")]
+    pub fn pieces(&self) -> u64 {
+        self.slots.iter().filter(|c| c.base != 0).count() as u64
     }
 }
 
-/// What `take_cached` found.
+/// What `Cache::take` found.
 pub enum Hit {
     /// A mapping that holds the request (at `base`, `len` bytes; whether
     /// some of it is inaccessible).
