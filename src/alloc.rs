@@ -89,11 +89,11 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 /// instructions).
 #[inline(never)]
 fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
-    crate::background::start_if_wanted(crate::init::flush_barns_for_purger);
+    crate::background::start_if_wanted();
     let p = large::alloc(size, align, zero);
     if !p.is_null() {
         if crate::tls::current() == crate::heap::EMPTY && sample::enabled() {
-            crate::init::create_heap();
+            crate::heap_start::create_heap();
         }
         sample::count_large(p, size, alloc_large as *const () as usize);
     }

@@ -21,25 +21,23 @@
 
 use core::ptr;
 
-use crate::heap::DEAD;
+use crate::free::flush_barns;
+use crate::heap::{orphan_heap, DEAD, ORPHAN_LOCK};
 use crate::purge;
 
 /// Starts the purger if one is wanted (`purge::purger_wanted`). The caller
 /// holds no allocator lock. Cost when none is wanted: one load in a
-/// single-threaded program, two once the purger runs. `flush_barns`, which
-/// the purger runs before each purge, hands the barns' blocks back to their
-/// slabs (`init::flush_barns_for_purger`: passed in, as what it calls is
-/// above this module).
+/// single-threaded program, two once the purger runs.
 #[inline]
-pub fn start_if_wanted(flush_barns: fn()) {
+pub fn start_if_wanted() {
     if purge::purger_wanted() {
-        start(flush_barns);
+        start();
     }
 }
 
 #[cold]
 #[inline(never)]
-fn start(flush_barns: fn()) {
+fn start() {
     if !purge::claim_start() {
         return;
     }
@@ -59,7 +57,7 @@ fn start(flush_barns: fn()) {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let mut thread: libc::pthread_t = 0;
-        let rc = libc::pthread_create(&mut thread, &attr, purger, flush_barns as *mut libc::c_void);
+        let rc = libc::pthread_create(&mut thread, &attr, purger, ptr::null_mut());
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
         rc == 0
@@ -79,9 +77,7 @@ const LAST_PURGE_WAIT_NS: u64 = 1_000_000_000;
 /// deadline is within `LAST_PURGE_WAIT_NS`, so that a program whose other
 /// threads have gone is single-threaded again and that it never keeps a
 /// process alive for long.
-extern "C" fn purger(flush_barns: *mut libc::c_void) -> *mut libc::c_void {
-    // SAFETY: `start` passed a `fn()` as the thread's argument.
-    let flush_barns: fn() = unsafe { core::mem::transmute::<*mut libc::c_void, fn()>(flush_barns) };
+extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
     // Whatever this thread's libc does on its behalf (its exit frees TLS of
     // other threads) goes through the orphan heap: it never gets a heap of
     // its own, whose exit destructor would not run.
@@ -108,7 +104,11 @@ extern "C" fn purger(flush_barns: *mut libc::c_void) -> *mut libc::c_void {
         } else if now < at {
             purge::purger_wait(seq, at - now);
         } else if crate::segment::purge_if_due_after(|| {
-            flush_barns();
+            // The barns' blocks back to their slabs first, counted in the
+            // orphan heap (the purger has no heap of its own).
+            ORPHAN_LOCK.lock();
+            flush_barns(orphan_heap());
+            ORPHAN_LOCK.unlock();
             crate::node::release_empty_slabs();
         }) {
             purge::count_background_purge();

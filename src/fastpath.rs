@@ -7,12 +7,13 @@
 
 use crate::counters::Ev;
 use crate::debug;
-use crate::free::{free_slow, free_suspicious};
+use crate::free::free_suspicious;
 use crate::freelist::{
     corrupted_link, get_next_with, holds_link_with, prefetch, set_sheaf_tag, HARDENING,
 };
 use crate::heap::{ClassHeap, Heap};
 use crate::refill::alloc_slow;
+use crate::remote_free::free_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::size_class::NUM_CLASSES;
 use crate::slab::{double_free, invalid_free, State};

@@ -1,5 +1,5 @@
-//! Formatting without allocating: a fixed stack buffer, and a `fmt::Write`
-//! sink that flushes to a file descriptor whenever its buffer fills.
+//! Formatting without allocating: a fixed stack buffer (`os::FdWriter` is
+//! the sink that flushes one to a file descriptor).
 
 use core::fmt;
 
@@ -53,49 +53,5 @@ impl<const N: usize> fmt::Write for FixedBuf<N> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.push_str(s);
         Ok(())
-    }
-}
-
-/// A `fmt::Write` that writes to `fd` through a 4 KiB stack buffer.
-pub struct FdWriter {
-    fd: i32,
-    buf: [u8; 4096],
-    len: usize,
-}
-
-impl FdWriter {
-    pub fn new(fd: i32) -> Self {
-        FdWriter {
-            fd,
-            buf: [0; 4096],
-            len: 0,
-        }
-    }
-
-    pub fn flush(&mut self) {
-        crate::os::write_all(self.fd, &self.buf[..self.len]);
-        self.len = 0;
-    }
-}
-
-impl fmt::Write for FdWriter {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let mut bytes = s.as_bytes();
-        while !bytes.is_empty() {
-            if self.len == self.buf.len() {
-                self.flush();
-            }
-            let n = bytes.len().min(self.buf.len() - self.len);
-            self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-            self.len += n;
-            bytes = &bytes[n..];
-        }
-        Ok(())
-    }
-}
-
-impl Drop for FdWriter {
-    fn drop(&mut self) {
-        self.flush();
     }
 }

@@ -50,7 +50,7 @@ use crate::sync::{AtomicU32, Ordering};
 /// Whether the process had other threads when it last entered fork.
 static PARENT_THREADED: AtomicU32 = AtomicU32::new(0);
 
-/// Registers the handlers; once per process, from `init`.
+/// Registers the handlers; once per process, from `heap_start`.
 pub fn install() {
     // SAFETY: plain functions that never unwind; they wait for no lock that
     // another thread can hold (the child's repairs run alone).

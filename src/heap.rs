@@ -6,7 +6,7 @@
 //! profile heap that owns the slabs of sampled blocks).
 //!
 //! A thread starts on `EMPTY_HEAP`, whose lists are all empty, so its first
-//! allocation takes the slow path, which creates its heap (`init`); no fast
+//! allocation takes the slow path, which creates its heap (`heap_start`); no fast
 //! path tests for initialisation. After its exit destructor a thread points
 //! at `DEAD_HEAP`, and any further slow path uses the orphan heap under
 //! `ORPHAN_LOCK`.

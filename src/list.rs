@@ -2,7 +2,7 @@
 //! its links in itself (`Linked` names them), a list is its head and tail,
 //! and a node leaves from anywhere in constant time. The thread partial
 //! lists (`heap`), the node partial lists (`node`), the registry of live
-//! heaps (`heap`, `init`) and the segment lists (`segment`) are lists of
+//! heaps (`heap`, `heap_start`, `heap_exit`) and the segment lists (`segment`) are lists of
 //! this one type. Nothing here allocates or locks: each list's owner says
 //! what protects it.
 //!

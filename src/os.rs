@@ -1,8 +1,9 @@
 //! The kernel, for the allocator: mappings, purging, time, randomness,
-//! writing to a file descriptor, and the one way slubmalloc dies. Other
-//! system calls stay with the code they serve: the futex in `sync`, the
-//! pthread key and `sched_yield` in `init`, `pthread_atfork` in `fork`, the
-//! signal handler in `report`. The files the environment names (the report,
+//! writing to a file descriptor (`FdWriter`, a formatting sink), and the
+//! one way slubmalloc dies. Other system calls stay with the code they
+//! serve: the futex in `sync`, the pthread key in `heap_start`,
+//! `sched_yield` in `prof::write`, `pthread_atfork` in `fork`, the signal
+//! handler in `report`. The files the environment names (the report,
 //! the profile) are opened here, by one function with one policy.
 //!
 //! Nothing here allocates. Every function keeps the caller's `errno` unless it
@@ -383,4 +384,48 @@ pub fn resident_bytes() -> u64 {
         .take_while(|b| b.is_ascii_digit())
         .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64);
     pages * PAGE_BYTES as u64
+}
+
+/// A `fmt::Write` that writes to `fd` through a 4 KiB stack buffer.
+pub struct FdWriter {
+    fd: i32,
+    buf: [u8; 4096],
+    len: usize,
+}
+
+impl FdWriter {
+    pub fn new(fd: i32) -> Self {
+        FdWriter {
+            fd,
+            buf: [0; 4096],
+            len: 0,
+        }
+    }
+
+    pub fn flush(&mut self) {
+        write_all(self.fd, &self.buf[..self.len]);
+        self.len = 0;
+    }
+}
+
+impl core::fmt::Write for FdWriter {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let mut bytes = s.as_bytes();
+        while !bytes.is_empty() {
+            if self.len == self.buf.len() {
+                self.flush();
+            }
+            let n = bytes.len().min(self.buf.len() - self.len);
+            self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+            self.len += n;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FdWriter {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }

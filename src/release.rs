@@ -1,7 +1,7 @@
 //! Handing slabs on: an owned slab's lists merged and the slab put on its
 //! node list, made FULL, or sent back to its segment (`release`); the
-//! thread partial list trimmed; slabs emptied by a local free; the empty
-//! active slabs of idle classes; every slab of a heap at thread exit and
+//! thread partial list trimmed; slabs emptied by a local free; an idle
+//! class's empty active slab; every slab of a heap at thread exit and
 //! trim (`flush`). The free slow path itself is `free`'s.
 
 use core::ptr;
@@ -98,79 +98,27 @@ pub fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     }
 }
 
-/// Allocations the heap makes, of any class, with none of a class, before
-/// that class's empty active slab may go back: a class used a little but
-/// regularly keeps its slab. Counted in slabs taken instead (a class with no
-/// allocation over the last two), a slab given back was soon taken again,
-/// which checked again: `churn 4 1000000 2000` took 7,587 slabs instead of
-/// 575, for 1.2x the CPU time and 1.3x the peak RSS.
-const IDLE_ALLOCS: u32 = 4096;
-
-/// Before `heap` takes a slab from a segment for `class`: every other warm
-/// class whose active slab is empty and that made no allocation while the
-/// heap made `IDLE_ALLOCS` gives it back (to its segment: `release` of an
-/// empty slab), so that a thread that moves from size to size does not
-/// keep a slab per size it has used (mimalloc gives an empty page back
-/// after 16 slow paths, and `size_cycle`'s 18 classes kept 1.1 MB); an
-/// empty slab its node list kept goes back with it, and first the blocks
-/// its sheaf holds go back to their slabs (`flush_sheaf`, the caller's:
-/// `free` is above this module). Whether the slab is
-/// empty is counted, a walk of the class's free list, only once per change
-/// of the class heap's free count, so that a class that holds live blocks
-/// is not walked again at every take; frees by other threads (on the
-/// slab's remote list) keep the slab until the class refills. With
-/// `slubmalloc_bench_no_counters` nothing is counted, and no active slab
-/// is given back.
-pub fn retire_idle_active(heap: &Heap, class: usize, flush_sheaf: impl Fn(&ClassHeap)) {
-    let count = |k: usize, ev: Ev| heap.classes[k].ev.get_index(ev as usize) as u32;
-    let allocs = |k: usize| {
-        count(k, Ev::AllocFast)
-            .wrapping_add(count(k, Ev::AllocSlow))
-            .wrapping_add(count(k, Ev::AllocSheaf))
-    };
-    let warm = heap.warm_classes();
-    let (mut total, mut w) = (0u32, warm);
-    while w != 0 {
-        let k = w.trailing_zeros() as usize;
-        w &= w - 1;
-        total = total.wrapping_add(allocs(k));
+/// Gives the empty active slab of an idle class `k` back (to its segment:
+/// `release` of an empty slab), with the class's empty slab that its node
+/// list kept; a class whose active slab holds a live block keeps it.
+pub fn retire_active_if_empty(heap: &Heap, k: usize) {
+    let c = &heap.classes[k];
+    let a = c.active.get();
+    // SAFETY: our active slab is live and ours.
+    if a.is_null() || !active_is_empty(c, unsafe { &*a }) {
+        return;
     }
-    let mut idle = warm & !(1 << class);
-    while idle != 0 {
-        let k = idle.trailing_zeros() as usize;
-        idle &= idle - 1;
-        let c = &heap.classes[k];
-        let now = allocs(k);
-        if heap.idle_allocs[k].replace(now) != now {
-            heap.idle_since[k].set(total);
-            continue;
-        }
-        let frees = count(k, Ev::FreeFast).wrapping_add(count(k, Ev::FreeSheaf));
-        if total.wrapping_sub(heap.idle_since[k].get()) < IDLE_ALLOCS
-            || heap.idle_frees[k].replace(frees) == frees
-        {
-            continue;
-        }
-        // The blocks the class's sheaf holds go back to their slabs first:
-        // they keep the active slab, or others, from emptying.
-        flush_sheaf(c);
-        let a = c.active.get();
-        // SAFETY: our active slab is live and ours.
-        if a.is_null() || !active_is_empty(c, unsafe { &*a }) {
-            continue;
-        }
-        let _g = NODES[k].lock.guard();
-        c.active.set(ptr::null_mut());
-        let (detached, _) = freelist::list_join(
-            c.stash.replace(ptr::null_mut()),
-            c.detached.replace(ptr::null_mut()),
-            u32::MAX,
-        );
-        // SAFETY: as above.
-        release(heap, k, unsafe { &*a }, detached);
-        // With it, the class's empty slab that its node list kept.
-        NODES[k].release_empty();
-    }
+    let _g = NODES[k].lock.guard();
+    c.active.set(ptr::null_mut());
+    let (detached, _) = freelist::list_join(
+        c.stash.replace(ptr::null_mut()),
+        c.detached.replace(ptr::null_mut()),
+        u32::MAX,
+    );
+    // SAFETY: as above.
+    release(heap, k, unsafe { &*a }, detached);
+    // With it, the class's empty slab that its node list kept.
+    NODES[k].release_empty();
 }
 
 /// Whether every object of the active slab `a` of class heap `c` is free:
@@ -178,7 +126,7 @@ pub fn retire_idle_active(heap: &Heap, class: usize, flush_sheaf: impl Fn(&Class
 /// those on the heap's lists (the detached one and debug mode's stash) must
 /// make it up (an object on its remote list counts in `inuse` too, so a
 /// slab with remote frees not taken yet reads as in use).
-fn active_is_empty(c: &crate::heap::ClassHeap, a: &Slab) -> bool {
+fn active_is_empty(c: &ClassHeap, a: &Slab) -> bool {
     let bound = a.objects.get();
     freelist::list_len(c.detached.get(), bound) + freelist::list_len(c.stash.get(), bound)
         == a.inuse.get()

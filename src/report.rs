@@ -6,9 +6,10 @@
 use core::ffi::CStr;
 use core::fmt::Write;
 
-use crate::fmt::{FdWriter, FixedBuf};
+use crate::fmt::FixedBuf;
 use crate::options::{self, StatsMode, PATH_MAX_BYTES};
 use crate::os::Existing;
+use crate::os::FdWriter;
 use crate::sync::{AtomicI32, Ordering};
 
 /// A private copy of stderr taken at start-up, so the exit report still

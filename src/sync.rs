@@ -6,7 +6,7 @@
 //! takes only locks further down the list, so no two threads wait for each
 //! other.
 //!
-//! 1. `heap::ORPHAN_LOCK` (the orphan heap: `init::with_slow_heap`) or
+//! 1. `heap::ORPHAN_LOCK` (the orphan heap: `heap_start::with_slow_heap`) or
 //!    `prof::table::PROF_LOCK` (the profile heap and its tables:
 //!    `prof::sample`), never both: a thread past its exit is not sampled,
 //!    and the profile's blocks come from its own heap.

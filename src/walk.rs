@@ -133,7 +133,7 @@ fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
         };
         if kept != *got {
             bad += 1;
-            let mut out = crate::fmt::FdWriter::new(2);
+            let mut out = crate::os::FdWriter::new(2);
             let _ = writeln!(
                 out,
                 "slubmalloc: class {} B: counters {:?} but walk {:?}",
@@ -143,7 +143,7 @@ fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
     }
     if s.totals.large_blocks != w.large_blocks {
         bad += 1;
-        let mut out = crate::fmt::FdWriter::new(2);
+        let mut out = crate::os::FdWriter::new(2);
         let _ = writeln!(
             out,
             "slubmalloc: large blocks: counters {} but walk {}",

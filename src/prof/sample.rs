@@ -20,7 +20,7 @@
 //! Large blocks are counted down in `alloc_large` and looked up in the table
 //! on free while profiling is on.
 //!
-//! This module calls nothing of `refill`, `release` or `init`, which call
+//! This module calls nothing of `refill`, `release` or `heap_start`, which call
 //! it: the sampler returns null when it takes no sample, and its caller
 //! allocates as usual.
 //!
@@ -57,7 +57,7 @@ pub fn enabled() -> bool {
     options::get().prof
 }
 
-/// Arms a new thread heap's countdown (from `init::create_heap`).
+/// Arms a new thread heap's countdown (from `heap_start::create_heap`).
 pub fn thread_start(heap: &Heap) {
     heap.prof_busy.set(false);
     if !enabled() {

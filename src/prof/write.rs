@@ -19,9 +19,10 @@
 use core::ffi::CStr;
 use core::fmt::Write;
 
-use crate::fmt::{FdWriter, FixedBuf};
+use crate::fmt::FixedBuf;
 use crate::options::{self, PATH_MAX_BYTES};
 use crate::os::Existing;
+use crate::os::FdWriter;
 use crate::prof::table::{Tables, COUNT_ONE, PROF_LOCK, TABLES};
 
 /// How long the signal handler waits for `PROF_LOCK` before it gives up

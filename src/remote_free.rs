@@ -1,0 +1,63 @@
+//! The free slow path's entry: a free by a thread that does not own the
+//! block's slab (the free fast path's owner compare failed). The common
+//! case, a slab another heap owns, is one push onto its remote list;
+//! everything else goes to `free::free_unowned` with the slow paths' heap,
+//! created here if the thread has none yet (a thread whose first call is a
+//! free gets its heap, and its sheaves, this way).
+
+use crate::counters::Ev;
+use crate::free::free_unowned;
+use crate::freelist::{self, HARDENING};
+use crate::heap::{DEAD, EMPTY};
+use crate::heap_start::with_slow_heap;
+use crate::options;
+use crate::prof::sample;
+use crate::slab::{self, double_free, Push, Slab};
+use crate::tls::current;
+
+/// A free by a thread that does not own the slab. The common case, a slab
+/// that another heap owns, is one `push_remote`, done here without the
+/// slow-heap machinery and with no call that returns, so no registers to
+/// save; everything else (options not parsed yet included) goes through
+/// `free_unowned`. The block comes first, where `free` received it, so that
+/// the fast path jumps here without moving it.
+#[inline(never)]
+pub fn free_slow(p: *mut u8, slab: &Slab) {
+    // --- heap profile: a sampled block, in a slab of the profile heap.
+    if sample::owns(slab) {
+        return sample::free_sampled(slab, p);
+    }
+    // ---
+    // Read once, before any write into `p`: a push that loses its CAS to a
+    // change of state has already written a link into `p`, which a second
+    // reading would take for a free block (a double free reported for a
+    // correct program, as a slab went LISTED and was taken again meanwhile).
+    // SAFETY: `p` lies in a mapped slab; its first word is readable.
+    let looks_free = HARDENING && unsafe { slab::looks_free(p) };
+    // A block that waits in a sheaf is free already.
+    // SAFETY: as above.
+    if HARDENING && unsafe { slab.in_a_sheaf(freelist::secret(), p) } {
+        double_free(p);
+    }
+    let heap = current();
+    let debug = options::ready().is_none_or(|o| o.debug);
+    if heap != EMPTY && heap != DEAD && !debug {
+        // Out of debug mode a heap's owner tag is its address.
+        if slab.push_remote(p, heap as usize, looks_free) == Push::Pushed {
+            // SAFETY: a heap that is neither EMPTY nor DEAD is this
+            // thread's own; the class is in range.
+            unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) }
+                .ev
+                .inc(Ev::FreeRemote);
+            return;
+        }
+    }
+    free_unowned_slow(slab, p, looks_free)
+}
+
+/// `free_unowned` with the slow heap, out of line: `free_slow` reaches it
+/// with a jump, so its own path needs no frame.
+#[inline(never)]
+fn free_unowned_slow(slab: &Slab, p: *mut u8, looks_free: bool) {
+    with_slow_heap(|heap| free_unowned(heap, slab, p, looks_free))
+}
