@@ -119,3 +119,40 @@ impl Barn {
 pub fn repair_in_child() {
     BARNS.iter().for_each(Barn::repair_in_child);
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn sheaf(first: usize, n: usize) -> Vec<Cell<*mut u8>> {
+        (first..first + n)
+            .map(|i| Cell::new((i * 16) as *mut u8))
+            .collect()
+    }
+
+    /// A barn takes whole sheaves up to its bound, refuses the next, and
+    /// hands back the last one put, each with its own length; what it
+    /// holds is counted.
+    #[test]
+    fn a_barn_holds_whole_sheaves_up_to_its_bound() {
+        let barn = Barn::new();
+        let into = sheaf(0, SHEAF_MAX);
+        assert_eq!(barn.take(&into), 0, "an empty barn hands out nothing");
+        for k in 0..BARN_SHEAVES {
+            assert!(barn.put(&sheaf(1000 * (k + 1), k + 1)), "sheaf {k} refused");
+        }
+        let held = (1..=BARN_SHEAVES as u64).sum::<u64>();
+        assert_eq!(barn.blocks(), held);
+        assert!(!barn.put(&sheaf(99_000, 4)), "a full barn took a sheaf");
+        assert_eq!(barn.blocks(), held, "a refused sheaf changed the count");
+        for k in (0..BARN_SHEAVES).rev() {
+            let n = barn.take(&into) as usize;
+            assert_eq!(n, k + 1);
+            let got: Vec<_> = into[..n].iter().map(Cell::get).collect();
+            let put: Vec<_> = sheaf(1000 * (k + 1), k + 1).iter().map(Cell::get).collect();
+            assert_eq!(got, put, "sheaf {k} came back changed");
+        }
+        assert_eq!(barn.blocks(), 0);
+        assert_eq!(barn.take(&into), 0);
+    }
+}

@@ -25,6 +25,7 @@ mod ops_model;
 mod alloc_basic;
 mod anchor;
 mod errno_kept;
+mod heap_profile;
 mod memory_lifecycle;
 mod random_ops;
 mod shared_slabs;

@@ -9,14 +9,26 @@ use std::thread;
 /// the harness's way.
 const SIZE: usize = 250;
 
-/// A fresh process, not in debug mode, which has no sheaves (every free
-/// takes the slow path, where its checks are); `None` otherwise.
+/// A fresh process whose test goes on (`Some`) if it has sheaves. Debug
+/// mode has none (every free takes the slow path, where its checks are):
+/// there the test checks that instead, that blocks freed and allocated
+/// again never pass through a sheaf, and goes no further.
 fn with_sheaves() -> Option<()> {
+    crate::fresh_process()?;
     if std::env::var_os("SLUBMALLOC_DEBUG").is_some_and(|v| v == "1") {
-        eprintln!("skipped: debug mode has no sheaves");
+        drop(blocks(4 * 256));
+        drop(blocks(8));
+        let c = class();
+        assert!(c.objects_total > 0, "the class was not used");
+        assert_eq!(
+            (c.alloc_sheaf, c.free_sheaf),
+            (0, 0),
+            "debug mode passed blocks through a sheaf"
+        );
+        eprintln!("debug mode: no block passed through a sheaf, the sheaves' checks do not apply");
         return None;
     }
-    crate::fresh_process()
+    Some(())
 }
 
 fn class() -> slubmalloc::CacheStats {
