@@ -53,6 +53,9 @@ DESCRIPTIONS = {
     "big_heap": "one thread: 1 GiB (full size) of 48/64-byte blocks built, every other one replaced by a "
     "40-byte block, all freed; phases and ns per operation in its output",
     "huge_heap": "big_heap at 4 GiB (full size; 8 GiB with SIZE=big): the same cost per operation expected",
+    "emptied_heap": "big_heap with every 48-byte block freed before the 40-byte ones are allocated: their "
+    "slabs empty inside segments still in use, and the 40-byte blocks reuse them",
+    "huge_emptied_heap": "emptied_heap at 4 GiB (full size; 8 GiB with SIZE=big)",
     "big_blocks": "1,000 live blocks of 128..180 KiB, 200,000 replaced at random one at a time",
     "many_big_blocks": "big_blocks with 16,000 live blocks (full size): the same cost per replacement expected",
     "prodcons": "one thread only allocates (16..512 B, first line written), another on another CPU only frees, "

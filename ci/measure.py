@@ -105,10 +105,15 @@ WORKLOADS = {
     # Big heaps (one thread; the cost of an operation should not grow with
     # the heap): n MiB of 48/64-byte blocks built, half replaced by 40-byte
     # ones, all freed (big_heap 1 GiB and huge_heap 4 GiB at full size,
-    # huge_heap 8 GiB at big); n live blocks of 128-180 KiB, 200,000
-    # replaced one at a time (1,000 and 16,000 at full size).
+    # huge_heap 8 GiB at big); the same with every 48-byte block freed
+    # before the 40-byte ones are allocated, so that their slabs empty in
+    # segments still in use (emptied_heap, huge_emptied_heap); n live blocks
+    # of 128-180 KiB, 200,000 replaced one at a time (1,000 and 16,000 at
+    # full size).
     "big_heap": ("{bin}/big_heap {n}", (64, 256, 1024), 1),
     "huge_heap": ("{bin}/big_heap {n}", (128, 512, 4096, 8192), 1),
+    "emptied_heap": ("{bin}/big_heap {n} emptied", (64, 256, 1024), 1),
+    "huge_emptied_heap": ("{bin}/big_heap {n} emptied", (128, 512, 4096, 8192), 1),
     "big_blocks": ("{bin}/random_table {n} 200000 131072 184320", (1000, 1000, 1000), 1),
     "many_big_blocks": ("{bin}/random_table {n} 200000 131072 184320", (2000, 4000, 16000), 1),
     # Four threads whatever the machine: server churn of mixed sizes with
@@ -136,7 +141,7 @@ WORKLOADS = {
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300, "st": 32}, "small": {"gen": 10, "ms": 1000, "st": 32},
             "full": {"gen": 20, "ms": 2000, "st": 32}, "big": {"gen": 20, "ms": 2000, "st": 64}}
 BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
-                   "large_replace,big_heap,huge_heap,big_blocks,many_big_blocks,startup,size_cycle,hello,"
+                   "large_replace,big_heap,huge_heap,emptied_heap,huge_emptied_heap,big_blocks,many_big_blocks,startup,size_cycle,hello,"
                    "prodcons,shared_table,random_table")
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
@@ -661,7 +666,8 @@ def bench(argv):
     load_start = open("/proc/loadavg").read().split()[:3]
     start = time.time()
     failures = interleave(cmds, variants, a.rounds, {}, timeout, raw, os.path.join(raw, "runs.csv"),
-                          keep_out=("bursty", "idle_purge", "big_heap", "huge_heap", "big_blocks",
+                          keep_out=("bursty", "idle_purge", "big_heap", "huge_heap", "emptied_heap",
+                                    "huge_emptied_heap", "big_blocks",
                                     "many_big_blocks"))
     # Instructions of the fast paths: fastpath's phases against its stand-in
     # allocator (FASTPATH_BASELINE=1), from callgrind_annotate.

@@ -103,7 +103,7 @@ extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
             purge::purger_wait(seq, u64::MAX);
         } else if now < at {
             purge::purger_wait(seq, at - now);
-        } else if crate::segment::purge_if_due_after(|| {
+        } else if crate::segment::purge_if_due_after(crate::segment::PurgeBy::Purger, || {
             // The barns' blocks back to their slabs first, counted in the
             // orphan heap (the purger has no heap of its own).
             ORPHAN_LOCK.lock();

@@ -67,7 +67,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     if c.detached.get().is_null() {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
-        segment::purge_if_due_after(|| {
+        segment::purge_if_due_after(segment::PurgeBy::SlowPath, || {
             crate::free::flush_barns(heap);
             crate::node::release_empty_slabs();
         });

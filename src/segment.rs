@@ -5,10 +5,17 @@
 //! A byte map over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
 //! Free slabs are purged (MADV_DONTNEED) once they have stayed free for the
-//! purge delay, or at once when the freed memory left resident passes the
-//! trim bound (`purge`); wholly empty segments beyond a small cache are
-//! unmapped. The same deadline and bound empty the large block cache. The
-//! segments' lock comes after a node lock (the lock order: `sync`).
+//! purge delay; wholly empty segments beyond a small cache are unmapped.
+//! At free time only what is free whole goes back: when the wholly free
+//! segments' resident pages and the cached large blocks pass the trim bound
+//! (`purge`), those segments are unmapped and the cache emptied at once,
+//! as glibc gives back its heap's free top; a free slab inside a segment
+//! still in use waits for the delay, so that a heap that frees and then
+//! allocates again reuses it without faulting it in. A heap whose slabs are
+//! mostly free (`mostly_free`) is shrinking, not in use: its trim gives
+//! back every free slab, whatever its segment. The same deadline
+//! empties the large block cache. The segments' lock comes after a node
+//! lock (the lock order: `sync`).
 //!
 //! No operation walks every segment, so that a heap of 8 GiB (2,048
 //! segments) costs per operation what one of 1 GiB does: a new slab comes
@@ -135,9 +142,13 @@ struct Segments {
     /// Segments with `kept_empty` set.
     empty_kept: usize,
     /// Free slabs marked dirty, in all segments: free, their pages maybe
-    /// still resident (`DIRTY_SLABS_UNPURGED`; their bytes are published in
-    /// `DIRTY_BYTES`).
+    /// still resident (`DIRTY_SLABS_UNPURGED`).
     dirty_slabs: usize,
+    /// The dirty slabs of the segments whose slabs are all free: what a
+    /// trim gives back, unless the heap is `mostly_free`.
+    whole_dirty_slabs: usize,
+    /// Free slabs, dirty or not, in all segments.
+    free_slabs: usize,
 }
 
 // SAFETY: the raw pointers are reached only under the SEGMENTS lock.
@@ -152,24 +163,48 @@ const fn no_segments() -> Segments {
         dirty: ptr::null_mut(),
         empty_kept: 0,
         dirty_slabs: 0,
+        whole_dirty_slabs: 0,
+        free_slabs: 0,
     }
 }
 
 static SEGMENTS: Locked<Segments> = Locked::new(no_segments());
 
-/// The bytes of `Segments::dirty_slabs`, for the trim bound's test, which
-/// reads it without the lock; stored by the holders of the lock
-/// (`with_segments`).
-static DIRTY_BYTES: AtomicU64 = AtomicU64::new(0);
+/// The bytes a trim would give back (`trimmable_slabs`), for the trim
+/// bound's test, which reads it without the lock; stored by the holders of
+/// the lock (`with_segments`).
+static TRIMMABLE_BYTES: AtomicU64 = AtomicU64::new(0);
 
-/// Runs `f` under the SEGMENTS lock, then publishes `DIRTY_BYTES`.
+/// Runs `f` under the SEGMENTS lock, then publishes `TRIMMABLE_BYTES`.
 fn with_segments<R>(f: impl FnOnce(&mut Segments) -> R) -> R {
     SEGMENTS.with(|s| {
         let r = f(s);
-        // Relaxed: one writer at a time (the lock); the reader takes a hint.
-        DIRTY_BYTES.store((s.dirty_slabs * SLAB_BYTES) as u64, Ordering::Relaxed);
+        publish(s);
         r
     })
+}
+
+fn publish(s: &Segments) {
+    // Relaxed: one writer at a time (the lock); the reader takes a hint.
+    TRIMMABLE_BYTES.store((trimmable_slabs(s) * SLAB_BYTES) as u64, Ordering::Relaxed);
+}
+
+/// Whether three quarters or more of the segments' slabs are free: the
+/// heap has given back most of what it held (the few slabs left in use,
+/// the thread's active slabs and the node lists' empty ones among them,
+/// keep segments from being free whole).
+fn mostly_free(s: &Segments) -> bool {
+    s.free_slabs * 4 >= s.count * (SLABS_PER_SEGMENT - 1) * 3
+}
+
+/// The dirty slabs a trim gives back: those of the segments free whole, or
+/// every one if the heap is `mostly_free`.
+fn trimmable_slabs(s: &Segments) -> usize {
+    if mostly_free(s) {
+        s.dirty_slabs
+    } else {
+        s.whole_dirty_slabs
+    }
 }
 
 /// The descriptor of the slab holding `p`, which must be inside a segment.
@@ -255,9 +290,15 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
     let sg = unsafe { &mut *seg };
     invariant!(sg.free_mask != 0);
     let dirty = sg.free_mask & sg.dirty_mask;
+    if sg.free_mask == ALL_SLABS {
+        // The segment is no longer free whole: its dirty slabs wait for
+        // the delay from now on.
+        s.whole_dirty_slabs -= sg.dirty_mask.count_ones() as usize;
+    }
     let pick = if dirty != 0 { dirty } else { sg.free_mask };
     let index = pick.trailing_zeros() as usize;
     sg.free_mask &= !(1 << index);
+    s.free_slabs -= 1;
     // A dirty bit left for a slab in use would have a purge drop its
     // pages; the segment stays on the dirty queue until the next purge
     // finds nothing dirty.
@@ -274,8 +315,8 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
 }
 
 /// Gives a slab with no live object back to its segment; its pages are
-/// purged once it has stayed free for the purge delay, or at once when the
-/// freed memory left resident passes the trim bound (`trim_if_over_bound`).
+/// purged once it has stayed free for the purge delay, or at once if its
+/// segment is free whole and the trim bound is passed (`trim_if_over_bound`).
 /// Its segment goes to the head of the segments with free slabs (the next
 /// `alloc_slab` takes this slab, still resident) and onto the dirty queue.
 pub fn free_slab(slab: *mut Slab) {
@@ -287,33 +328,46 @@ pub fn free_slab(slab: *mut Slab) {
         purge::schedule(now);
     }
     if purge::take_due(now) {
-        purge_all(now);
+        purge_all(now, PurgeBy::SlowPath);
     }
     trim_if_over_bound();
 }
 
 /// The trim bound's test (`purge`), for the free slow paths that leave
 /// freed memory resident: a slab back to its segment (`free_slab`), a large
-/// block into the cache (`alloc::free_large`). Past the bound, every free
-/// slab is purged and every cached large block unmapped now. Cost under the
-/// bound: three loads and a compare, no system call.
+/// block into the cache (`alloc::free_large`). It counts what is free
+/// whole: the resident pages of segments whose slabs are all free (of every
+/// free slab, if the heap is mostly free), and the cached large blocks.
+/// Past the bound those go back now (`trim`); free slabs in segments still
+/// in use wait for the purge delay. Cost under the bound: three loads and
+/// a compare, no system call.
 #[inline]
 pub fn trim_if_over_bound() {
     // Relaxed: hints; `claim_trim` decides, the purge's locks order it.
-    let freed_resident = DIRTY_BYTES.load(Ordering::Relaxed)
+    let freed_whole = TRIMMABLE_BYTES.load(Ordering::Relaxed)
         + crate::counters::global()
             .large_cached
             .load(Ordering::Relaxed);
-    if purge::over_trim_bound(freed_resident) {
-        trim(freed_resident);
+    if purge::over_trim_bound(freed_whole) {
+        trim(freed_whole);
     }
 }
 
+/// Gives back what is free whole: the cached large blocks are unmapped,
+/// and so are the segments whose slabs are all free (but the few kept,
+/// purged); every free slab is purged if the heap is mostly free.
 #[cold]
 #[inline(never)]
-fn trim(freed_resident: u64) {
-    if purge::claim_trim(freed_resident) {
-        purge_all(u64::MAX);
+fn trim(freed_whole: u64) {
+    if purge::claim_trim(freed_whole) {
+        crate::large::purge_cache(u64::MAX);
+        with_segments(|s| {
+            if mostly_free(s) {
+                purge_segments_locked(s, u64::MAX, u64::MAX);
+            } else {
+                give_back_free_segments_locked(s);
+            }
+        });
     }
 }
 
@@ -330,8 +384,12 @@ fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) -> usize {
     }
     s.with_free.push_front(sg);
     sg.free_mask |= 1 << index;
+    s.free_slabs += 1;
     sg.dirty_mask |= 1 << index;
     sg.freed_at_ns[index] = now;
+    if sg.free_mask == ALL_SLABS {
+        s.whole_dirty_slabs += sg.dirty_mask.count_ones() as usize;
+    }
     if !sg.on_dirty {
         sg.on_dirty = true;
         sg.next_dirty = s.dirty;
@@ -361,6 +419,7 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     let sg = unsafe { &*seg };
     s.all.push_front(sg);
     s.count += 1;
+    s.free_slabs += SLABS_PER_SEGMENT - 1;
     s.with_free.push_front(sg);
     set_mapped(seg as usize, true);
     let g = crate::counters::global();
@@ -376,7 +435,7 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
 /// path, which hold none, use `purge_if_due_after`).
 #[inline]
 pub fn purge_if_due() -> bool {
-    purge_if_due_after(|| ())
+    purge_if_due_after(PurgeBy::SlowPath, || ())
 }
 
 /// `purge_if_due`, with `first` run once this call has claimed the purge
@@ -384,7 +443,7 @@ pub fn purge_if_due() -> bool {
 /// lists' empty slabs back there (`node::release_empty_slabs`), so that this
 /// purge returns their pages too.
 #[inline]
-pub fn purge_if_due_after(first: impl FnOnce()) -> bool {
+pub fn purge_if_due_after(by: PurgeBy, first: impl FnOnce()) -> bool {
     if purge::deadline() == 0 {
         return false;
     }
@@ -393,51 +452,104 @@ pub fn purge_if_due_after(first: impl FnOnce()) -> bool {
         return false;
     }
     first();
-    purge_all(now);
+    purge_all(now, by);
     true
 }
 
 /// Purges every free slab and unmaps empty segments now (`malloc_trim`).
 pub fn purge_now() {
     purge::take_now();
-    purge_all(u64::MAX);
+    purge_all(u64::MAX, PurgeBy::Purger);
 }
 
+/// Who runs a purge: a slow path, in a program that is allocating or
+/// freeing, whose heap in use is likely to take its free slabs again; or
+/// the background purger, which keeps the deadline while the program may
+/// make no call at all.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum PurgeBy {
+    SlowPath,
+    Purger,
+}
+
+/// In a purge run by a slow path, a free slab inside a segment still in
+/// use goes back once it has been free this many purge delays (a slab of a
+/// segment free whole, after one): a heap in use that frees a part of
+/// itself mostly allocates it again, and the time between the free and the
+/// reuse grows with the part freed; a purge between them would have the
+/// program fault every page in again. The background purger, which keeps
+/// the deadline of a program that may have gone idle, waits one delay.
+const IN_USE_DELAYS: u64 = 10;
+
 /// The purge the deadline asked for: what was freed a whole delay before
-/// `now` goes back (all of it for `u64::MAX`: `malloc_trim`): cached large
-/// blocks are unmapped, free slabs madvised, empty segments beyond
-/// `EMPTY_SEGMENTS_KEPT` unmapped. What was freed later waits for another
-/// deadline: a slab freed just before the deadline is likelier to be taken
-/// again than not, and a purge would have it faulted in again.
-fn purge_all(now: u64) {
-    let cutoff = now.saturating_sub(purge::delay_ns());
+/// `now` goes back (all of it for `u64::MAX`: `malloc_trim`), and, in a
+/// purge `by` a slow path, free slabs of segments still in use only
+/// `IN_USE_DELAYS` delays before: cached large blocks are unmapped, free
+/// slabs madvised, empty segments beyond `EMPTY_SEGMENTS_KEPT` unmapped.
+/// What was freed later waits for another deadline: a slab freed just
+/// before the deadline is likelier to be taken again than not, and a purge
+/// would have it faulted in again.
+fn purge_all(now: u64, by: PurgeBy) {
+    let delay = purge::delay_ns();
+    let cutoff = now.saturating_sub(delay);
+    let in_use_cutoff = if by == PurgeBy::SlowPath {
+        now.saturating_sub(delay.saturating_mul(IN_USE_DELAYS))
+    } else {
+        cutoff
+    };
     let cache_left = crate::large::purge_cache(cutoff);
-    let slabs_left = with_segments(|s| purge_segments_locked(s, cutoff));
+    let slabs_left = with_segments(|s| purge_segments_locked(s, cutoff, in_use_cutoff));
     if cache_left || slabs_left {
         // Younger than the delay: look again later.
         purge::schedule(purge::now_ns());
     }
 }
 
-/// Purges the dirty slabs freed at or before `cutoff`, visiting only the
+/// Purges the dirty slabs freed at or before `cutoff` in segments free
+/// whole, at or before `in_use_cutoff` in the others, visiting only the
 /// segments on the dirty queue; returns whether dirty slabs are left (freed
 /// later), their segments queued again.
-fn purge_segments_locked(s: &mut Segments, cutoff: u64) -> bool {
+fn purge_segments_locked(s: &mut Segments, cutoff: u64, in_use_cutoff: u64) -> bool {
+    purge_dirty_queue(s, |sg| {
+        let whole = sg.free_mask == ALL_SLABS;
+        due_mask(sg, if whole { cutoff } else { in_use_cutoff })
+    })
+}
+
+/// The trim's part in the segments: the dirty slabs of the segments whose
+/// slabs are all free, and with them the segments beyond the few kept.
+fn give_back_free_segments_locked(s: &mut Segments) {
+    purge_dirty_queue(s, |sg| {
+        if sg.free_mask == ALL_SLABS {
+            sg.dirty_mask
+        } else {
+            0
+        }
+    });
+}
+
+/// Purges, in each segment of the dirty queue, the dirty slabs `due` names
+/// (a segment whose slabs are all free and all due is unmapped, unless it
+/// is one of the few kept); returns whether dirty slabs are left, their
+/// segments queued again.
+fn purge_dirty_queue(s: &mut Segments, due: impl Fn(&Segment) -> u64) -> bool {
     let mut seg = core::mem::replace(&mut s.dirty, ptr::null_mut());
     while !seg.is_null() {
         // SAFETY: segments on the dirty queue are live; the lock is held.
         let sg = unsafe { &mut *seg };
         let next = sg.next_dirty;
         invariant!(sg.on_dirty);
-        let due = due_mask(sg, cutoff);
-        if sg.free_mask == ALL_SLABS && due == sg.dirty_mask && s.empty_kept >= EMPTY_SEGMENTS_KEPT
-        {
+        let due = due(sg);
+        let whole = sg.free_mask == ALL_SLABS;
+        if whole && due == sg.dirty_mask && s.empty_kept >= EMPTY_SEGMENTS_KEPT {
             // Its free slabs not purged yet leave with it.
             let dirty = sg.dirty_mask.count_ones() as u64 * SLAB_BYTES as u64;
             s.all.remove(sg);
             s.count -= 1;
+            s.free_slabs -= SLABS_PER_SEGMENT - 1;
             s.with_free.remove(sg);
             s.dirty_slabs -= sg.dirty_mask.count_ones() as usize;
+            s.whole_dirty_slabs -= sg.dirty_mask.count_ones() as usize;
             set_mapped(seg as usize, false);
             os::unmap(seg.cast(), SEGMENT_BYTES);
             let g = crate::counters::global();
@@ -448,6 +560,9 @@ fn purge_segments_locked(s: &mut Segments, cutoff: u64) -> bool {
         } else {
             purge_runs(seg as usize, due);
             s.dirty_slabs -= due.count_ones() as usize;
+            if whole {
+                s.whole_dirty_slabs -= due.count_ones() as usize;
+            }
             sg.dirty_mask &= !due;
             if sg.dirty_mask != 0 {
                 sg.next_dirty = s.dirty;
@@ -524,12 +639,16 @@ pub fn repair_in_child() {
     let (mut seg, mut count) = (s.all.first(), 0);
     s.with_free.clear();
     (s.dirty, s.empty_kept) = (ptr::null_mut(), 0);
-    s.dirty_slabs = 0;
+    (s.dirty_slabs, s.whole_dirty_slabs, s.free_slabs) = (0, 0, 0);
     while !seg.is_null() {
         // SAFETY: segments reachable from `all` are live mappings.
         let sg = unsafe { &mut *seg };
         sg.dirty_mask &= sg.free_mask;
         s.dirty_slabs += sg.dirty_mask.count_ones() as usize;
+        s.free_slabs += sg.free_mask.count_ones() as usize;
+        if sg.free_mask == ALL_SLABS {
+            s.whole_dirty_slabs += sg.dirty_mask.count_ones() as usize;
+        }
         if sg.free_mask != 0 {
             s.with_free.push_front(sg);
         }
@@ -545,8 +664,7 @@ pub fn repair_in_child() {
         seg = sg.all_next.get();
     }
     s.count = count;
-    // Relaxed: the child runs one thread.
-    DIRTY_BYTES.store((s.dirty_slabs * SLAB_BYTES) as u64, Ordering::Relaxed);
+    publish(s);
     SEGMENTS.lock.reset_in_child();
 }
 
@@ -558,6 +676,96 @@ mod tests {
     fn memory_of(slab: *mut Slab) -> *mut u8 {
         let seg = segment_of(slab as usize);
         (seg + (slab as usize - seg) / core::mem::size_of::<Slab>() * SLAB_BYTES) as *mut u8
+    }
+
+    /// The trim gives back what is free whole: a segment whose slabs are
+    /// all free (kept, purged, as the only empty one) but not the free slab
+    /// of a segment another slab keeps in use, which a purge gives back
+    /// only past the in-use wait.
+    #[test]
+    fn a_trim_gives_back_only_segments_free_whole() {
+        let mut s = no_segments();
+        let (a, b) = (take_slab_locked(&mut s).0, take_slab_locked(&mut s).0);
+        assert!(!a.is_null() && segment_of(a as usize) == segment_of(b as usize));
+        // SAFETY: the slabs' memory is ours, mapped and unused.
+        unsafe { (memory_of(a).write(7), memory_of(b).write(7)) };
+        give_slab(&mut s, a, 100);
+        assert_eq!((s.dirty_slabs, s.whole_dirty_slabs), (1, 0));
+        give_back_free_segments_locked(&mut s);
+        // SAFETY: as above; a purged slab reads as zeros.
+        assert_eq!(
+            unsafe { memory_of(a).read() },
+            7,
+            "a slab of a segment in use was purged"
+        );
+        assert_eq!(s.dirty_slabs, 1);
+        // A purge: the slab is past the delay, not past the in-use wait.
+        assert!(purge_segments_locked(&mut s, 150, 50));
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { memory_of(a).read() },
+            7,
+            "a slab of a segment in use went back early"
+        );
+        // The segment's last slab freed: free whole, counted, given back.
+        give_slab(&mut s, b, 200);
+        assert_eq!((s.dirty_slabs, s.whole_dirty_slabs), (2, 2));
+        give_back_free_segments_locked(&mut s);
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { (memory_of(a).read(), memory_of(b).read()) },
+            (0, 0)
+        );
+        assert_eq!((s.dirty_slabs, s.whole_dirty_slabs), (0, 0));
+        assert_eq!((s.count, s.empty_kept), (1, 1), "the empty segment is kept");
+        // A slab taken from it again: the segment is no longer free whole.
+        let c = take_slab_locked(&mut s).0;
+        give_slab(&mut s, c, 300);
+        assert_eq!(s.whole_dirty_slabs, 1);
+        let c = take_slab_locked(&mut s).0;
+        assert_eq!((s.dirty_slabs, s.whole_dirty_slabs), (0, 0));
+        give_slab(&mut s, c, 400);
+        assert!(!purge_segments_locked(&mut s, 400, 400));
+        let first = s.all.first();
+        // SAFETY: the test's segment, live.
+        s.all.remove(unsafe { &*first });
+        set_mapped(first as usize, false);
+        os::unmap(first.cast(), SEGMENT_BYTES);
+        crate::counters::global()
+            .segments
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// What a trim counts: in a heap a quarter of whose slabs are in use,
+    /// the free slabs of segments free whole only; in a heap mostly free,
+    /// every free slab. Free slabs are counted as they come and go.
+    #[test]
+    fn a_trim_counts_every_free_slab_only_in_a_heap_mostly_free() {
+        let mut s = no_segments();
+        let taken: Vec<_> = (0..20).map(|_| take_slab_locked(&mut s).0).collect();
+        assert_eq!((s.count, s.free_slabs), (1, SLABS_PER_SEGMENT - 1 - 20));
+        give_slab(&mut s, taken[0], 100);
+        assert!(!mostly_free(&s));
+        assert_eq!((s.dirty_slabs, trimmable_slabs(&s)), (1, 0));
+        for &slab in &taken[1..5] {
+            give_slab(&mut s, slab, 100);
+        }
+        assert!(mostly_free(&s), "{} of 63 slabs free", s.free_slabs);
+        assert_eq!(trimmable_slabs(&s), 5);
+        for &slab in &taken[5..] {
+            give_slab(&mut s, slab, 100);
+        }
+        assert_eq!((s.free_slabs, s.whole_dirty_slabs), (SLABS_PER_SEGMENT - 1, 20));
+        assert!(!purge_segments_locked(&mut s, 100, 100));
+        assert_eq!((s.count, s.free_slabs, s.empty_kept), (1, SLABS_PER_SEGMENT - 1, 1));
+        let first = s.all.first();
+        // SAFETY: the test's segment, live.
+        s.all.remove(unsafe { &*first });
+        set_mapped(first as usize, false);
+        os::unmap(first.cast(), SEGMENT_BYTES);
+        crate::counters::global()
+            .segments
+            .fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Two slabs of a segment of its own, freed at times 100 and 200: a
@@ -575,7 +783,7 @@ mod tests {
         assert_eq!(give_slab(&mut s, a, 100), 1);
         assert_eq!(give_slab(&mut s, b, 200), 2);
         assert!(
-            purge_segments_locked(&mut s, 150),
+            purge_segments_locked(&mut s, 150, 150),
             "the second slab is left"
         );
         assert_eq!(s.dirty_slabs, 1);
@@ -584,7 +792,7 @@ mod tests {
             unsafe { (memory_of(a).read(), memory_of(b).read()) },
             (0, 7)
         );
-        assert!(!purge_segments_locked(&mut s, 250));
+        assert!(!purge_segments_locked(&mut s, 250, 250));
         assert_eq!(s.dirty_slabs, 0);
         // SAFETY: as above.
         assert_eq!(unsafe { memory_of(b).read() }, 0);
@@ -600,7 +808,7 @@ mod tests {
         let (c, resident) = take_slab_locked(&mut s);
         assert!(resident && s.dirty_slabs == 0);
         give_slab(&mut s, c, 300);
-        assert!(!purge_segments_locked(&mut s, 300));
+        assert!(!purge_segments_locked(&mut s, 300, 300));
         assert_eq!(s.dirty_slabs, 0);
         assert_eq!((s.count, s.empty_kept, s.all.first()), (1, 1, first));
         assert!(s.dirty.is_null() && s.with_free.first() == first);

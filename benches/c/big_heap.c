@@ -7,7 +7,12 @@
  * both classes' slabs are left half used and the 40-byte ones need new
  * slabs; then frees everything ("free").
  *
- *   big_heap MIB
+ * With `emptied`, the churn frees every 48-byte block first, then
+ * allocates as many 40-byte blocks in their places: the 48-byte slabs
+ * empty, scattered through segments the 64-byte blocks keep in use, and
+ * the 40-byte blocks can reuse their memory if the allocator kept it.
+ *
+ *   big_heap MIB [emptied]
  *
  * Prints the seconds of each phase, the nanoseconds per operation over
  * all phases (a malloc or a free is one operation), the same in CPU time of
@@ -28,8 +33,9 @@
 
 int main(int argc, char **argv) {
     long mib = argc > 1 ? atol(argv[1]) : 0;
-    if (argc != 2 || mib < 1) {
-        fprintf(stderr, "usage: big_heap MIB\n");
+    int emptied = argc == 3 && strcmp(argv[2], "emptied") == 0;
+    if ((argc != 2 && !emptied) || mib < 1) {
+        fprintf(stderr, "usage: big_heap MIB [emptied]\n");
         return 2;
     }
     size_t n = ((size_t)mib << 20) / 56;
@@ -52,24 +58,47 @@ int main(int argc, char **argv) {
         blocks[i] = p;
     }
     double c1 = cpu_s(), t1 = now_s();
-    for (size_t i = 0; i < n; i += 2) {
-        free(blocks[i]);
-        char *p = malloc(40);
-        if (!p)
-            abort();
-        memset(p, (int)i, 40);
-        blocks[i] = p;
+    size_t churned = 0;
+    if (emptied) {
+        /* The sizes drawn again, in the same order: the blocks of 48. */
+        uint64_t again = 0x2545f4914f6cdd1dull;
+        for (size_t i = 0; i < n; i++) {
+            if (!(next_rand(&again) & 1)) {
+                free(blocks[i]);
+                blocks[i] = NULL;
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (blocks[i] == NULL) {
+                char *p = malloc(40);
+                if (!p)
+                    abort();
+                memset(p, (int)i, 40);
+                blocks[i] = p;
+                churned++;
+            }
+        }
+    } else {
+        for (size_t i = 0; i < n; i += 2) {
+            free(blocks[i]);
+            char *p = malloc(40);
+            if (!p)
+                abort();
+            memset(p, (int)i, 40);
+            blocks[i] = p;
+            churned++;
+        }
     }
     double c2 = cpu_s(), t2 = now_s();
     for (size_t i = 0; i < n; i++)
         free(blocks[i]);
     double c3 = cpu_s(), t3 = now_s();
-    size_t ops = n + (n + 1) / 2 * 2 + n;
+    size_t ops = n + churned * 2 + n;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("big_heap mib=%ld ops=%zu build_s=%.3f churn_s=%.3f free_s=%.3f ns_per_op=%.2f "
+    printf("big_heap mib=%ld%s ops=%zu build_s=%.3f churn_s=%.3f free_s=%.3f ns_per_op=%.2f "
            "build_cpu_s=%.3f churn_cpu_s=%.3f free_cpu_s=%.3f cpu_ns_per_op=%.2f minflt=%ld\n",
-           mib, ops, t1 - t0, t2 - t1, t3 - t2, (t3 - t0) * 1e9 / (double)ops, c1 - c0, c2 - c1,
+           mib, emptied ? " emptied" : "", ops, t1 - t0, t2 - t1, t3 - t2, (t3 - t0) * 1e9 / (double)ops, c1 - c0, c2 - c1,
            c3 - c2, (c3 - c0) * 1e9 / (double)ops, ru.ru_minflt);
     munmap(blocks, n * sizeof(char *));
     return 0;
