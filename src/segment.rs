@@ -490,18 +490,25 @@ const IN_USE_DELAYS: u64 = 10;
 /// before the deadline is likelier to be taken again than not, and a purge
 /// would have it faulted in again.
 fn purge_all(now: u64, by: PurgeBy) {
-    let delay = purge::delay_ns();
-    let cutoff = now.saturating_sub(delay);
-    let in_use_cutoff = if by == PurgeBy::SlowPath {
-        now.saturating_sub(delay.saturating_mul(IN_USE_DELAYS))
-    } else {
-        cutoff
-    };
+    let (cutoff, in_use_cutoff) = cutoffs(now, purge::delay_ns(), by);
     let cache_left = crate::large::purge_cache(cutoff);
     let slabs_left = with_segments(|s| purge_segments_locked(s, cutoff, in_use_cutoff));
     if cache_left || slabs_left {
         // Younger than the delay: look again later.
         purge::schedule(purge::now_ns());
+    }
+}
+
+/// The free times at or before which a purge at `now` gives back a free
+/// slab: of a segment free whole, and of a segment still in use.
+fn cutoffs(now: u64, delay: u64, by: PurgeBy) -> (u64, u64) {
+    let cutoff = now.saturating_sub(delay);
+    match by {
+        PurgeBy::SlowPath => (
+            cutoff,
+            now.saturating_sub(delay.saturating_mul(IN_USE_DELAYS)),
+        ),
+        PurgeBy::Purger => (cutoff, cutoff),
     }
 }
 
@@ -736,6 +743,20 @@ mod tests {
             .fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// A slow path's purge, in a heap in use, leaves a free slab of a
+    /// segment in use for `IN_USE_DELAYS` delays; the purger, for one.
+    #[test]
+    fn a_slow_path_purge_waits_longer_for_slabs_of_segments_in_use() {
+        let delay = 100;
+        assert_eq!(cutoffs(10_000, delay, PurgeBy::Purger), (9_900, 9_900));
+        assert_eq!(cutoffs(10_000, delay, PurgeBy::SlowPath), (9_900, 9_000));
+        assert_eq!(
+            cutoffs(u64::MAX, delay, PurgeBy::SlowPath).1,
+            u64::MAX - 1000
+        );
+        assert_eq!(cutoffs(50, delay, PurgeBy::SlowPath), (0, 0));
+    }
+
     /// What a trim counts: in a heap a quarter of whose slabs are in use,
     /// the free slabs of segments free whole only; in a heap mostly free,
     /// every free slab. Free slabs are counted as they come and go.
@@ -755,9 +776,15 @@ mod tests {
         for &slab in &taken[5..] {
             give_slab(&mut s, slab, 100);
         }
-        assert_eq!((s.free_slabs, s.whole_dirty_slabs), (SLABS_PER_SEGMENT - 1, 20));
+        assert_eq!(
+            (s.free_slabs, s.whole_dirty_slabs),
+            (SLABS_PER_SEGMENT - 1, 20)
+        );
         assert!(!purge_segments_locked(&mut s, 100, 100));
-        assert_eq!((s.count, s.free_slabs, s.empty_kept), (1, SLABS_PER_SEGMENT - 1, 1));
+        assert_eq!(
+            (s.count, s.free_slabs, s.empty_kept),
+            (1, SLABS_PER_SEGMENT - 1, 1)
+        );
         let first = s.all.first();
         // SAFETY: the test's segment, live.
         s.all.remove(unsafe { &*first });
