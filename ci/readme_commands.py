@@ -4,9 +4,10 @@ would on a fresh clone, so that a command that is changed, added or broken
 fails CI with its name.
 
 What it runs, read from the documents themselves:
-- every fenced block tagged `sh`: each command of it (a line, with its `\\`
-  continuations) in bash with `set -eo pipefail`, from the repository root,
-  in the order of the documents;
+- every fenced block tagged `sh`: as one bash script with `set -eo
+  pipefail` (a block's commands share its shell: `$!` of a command put in
+  the background), from the repository root, in the order of the
+  documents; a failure names the command that failed;
 - every fenced block tagged `rust`: as the `main.rs` of a crate of its own
   that depends on this checkout's slubmalloc, built and run with
   `SLUBMALLOC_STATS=1` (the report must be printed).
@@ -88,6 +89,11 @@ def strip_comment(cmd):
     return " ".join(words) if words else cmd
 
 
+def is_live_view(cmd):
+    """slubtop's live view of a process, which runs until it is stopped."""
+    return "slubtop" in cmd and "--once" not in cmd and "--count" not in cmd and "PID" in cmd
+
+
 class Target:
     """A process under the preload library, for the commands that need a
     PID (slubtop)."""
@@ -118,10 +124,13 @@ class Target:
 
 
 def run_checked(name, cmd, timeout=TIMEOUT, live_view=False):
-    """Runs one command; returns None or the reason it failed."""
+    """Runs a script; returns None or the reason it failed, with the
+    command that failed."""
     print(f"== {name}", flush=True)
+    script = ("set -eo pipefail\n"
+              "trap 'echo \"readme_commands: failed: $BASH_COMMAND\" >&2' ERR\n" + cmd)
     try:
-        p = subprocess.run(["bash", "-c", "set -eo pipefail\n" + cmd], cwd=ROOT,
+        p = subprocess.run(["bash", "-c", script], cwd=ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            timeout=LIVE_VIEW_SECONDS if live_view else timeout)
     except subprocess.TimeoutExpired as e:
@@ -169,8 +178,22 @@ def main():
     for doc in DOCUMENTS:
         for line, tag, text in blocks(os.path.join(ROOT, doc)):
             if tag == "sh":
+                # The test command alone is `.ci/run`'s; the live view runs
+                # until stopped: each is a script of its own, the rest of
+                # a block one script.
+                script = []
                 for cmd in commands(text):
-                    work.append((f"{doc}:{line}: {strip_comment(cmd)}", "sh", cmd))
+                    if strip_comment(cmd) == TEST_COMMAND or is_live_view(cmd):
+                        if script:
+                            work.append((f"{doc}:{line}: " + "; ".join(map(strip_comment, script)),
+                                         "sh", "\n".join(script)))
+                            script = []
+                        work.append((f"{doc}:{line}: {strip_comment(cmd)}", "sh", cmd))
+                    else:
+                        script.append(cmd)
+                if script:
+                    work.append((f"{doc}:{line}: " + "; ".join(map(strip_comment, script)),
+                                 "sh", "\n".join(script)))
             elif tag == "rust":
                 work.append((f"{doc}:{line}: the Rust program", "rust", text))
     if not work:
@@ -192,7 +215,7 @@ def main():
                     why = None if ran else f".ci/run does not run {TEST_COMMAND}, the test command"
                     print(f"== {name} (run by .ci/run itself)", flush=True)
                 else:
-                    live_view = "slubtop" in cmd and "--once" not in cmd and "PID" in cmd
+                    live_view = is_live_view(cmd)
                     cmd = re.sub(r"\byour-program\b", YOUR_PROGRAM, cmd)
                     if re.search(r"\bPID\b", cmd):
                         cmd = re.sub(r"\bPID\b", target.pid(), cmd)
