@@ -23,7 +23,7 @@ PEERS_PREFERRED = ["mimalloc", "jemalloc", "tcmalloc", "glibc"]
 # The workloads of one thread (ci/measure.py's table): what short programs
 # pay in peak resident memory, reported on their own.
 SINGLE_THREADED = ["startup", "size_cycle", "hello", "fastpath", "pairs", "python", "sqlite", "large_replace",
-                   "random_table"]
+                   "random_table", "own_table"]
 COLORS = {
     "slubmalloc": "#d62728",
     "slubmalloc-nopurge": "#ff9896",
@@ -64,6 +64,9 @@ DESCRIPTIONS = {
     "free what was there: 3.7 MB live, peak RSS is the point",
     "random_table": "one thread replaces random blocks among 100,000 of 16 B..1 KiB (free, malloc, first line "
     "written): both blocks cold, the cache misses per replacement",
+    "own_table": "one thread replaces random blocks of its own table of 1,024 (4 B..32 KiB, inverse-square "
+    "sizes, every byte written): a thread reusing what it freed, blocks warm",
+    "own_table2": "own_table with 2 threads, each on its own table: no block leaves its thread",
 }
 
 

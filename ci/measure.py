@@ -133,16 +133,21 @@ WORKLOADS = {
     # ring of 1,024; {st} threads (32, 64 at big) swap n blocks of 8 B-4 KiB
     # in all through one table of 10,000 (3.7 MB live; peak RSS is the
     # point); one thread replaces n blocks at random among 100,000 of
-    # 16 B-1 KiB (both the freed block and the new one cold).
+    # 16 B-1 KiB (both the freed block and the new one cold); 1 and 2
+    # threads each replace n blocks at random in a table of their own of
+    # 1,024 (4 B-32 KiB, inverse-square sizes, every byte written: the
+    # blocks stay warm and never leave their thread).
     "prodcons": ("{bin}/prodcons 1 {n} 16 512 1024", (100000, 1000000, 5000000), 1),
     "shared_table": ("{bin}/shared_table {st} {n} 10000", (200000, 2000000, 20000000), 1),
     "random_table": ("{bin}/random_table 100000 {n} 16 1024", (200000, 2000000, 20000000), 1),
+    "own_table": ("{bin}/own_table 1 {n}", (300000, 3000000, 20000000), 1),
+    "own_table2": ("{bin}/own_table 2 {n}", (150000, 1500000, 10000000), 2),
 }
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300, "st": 32}, "small": {"gen": 10, "ms": 1000, "st": 32},
             "full": {"gen": 20, "ms": 2000, "st": 32}, "big": {"gen": 20, "ms": 2000, "st": 64}}
 BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
-                   "large_replace,big_heap,huge_heap,emptied_heap,huge_emptied_heap,big_blocks,many_big_blocks,startup,size_cycle,hello,"
-                   "prodcons,shared_table,random_table")
+                   "large_replace,big_heap,huge_heap,emptied_heap,huge_emptied_heap,big_blocks,many_big_blocks,startup,"
+                   "size_cycle,hello,prodcons,shared_table,random_table,own_table,own_table2")
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
