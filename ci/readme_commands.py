@@ -32,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 DOCUMENTS = ["README.md", "ARCHITECTURE.md"]
@@ -208,6 +209,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="readme-") as tmp:
         try:
             for name, kind, cmd in work:
+                start = time.monotonic()
                 if kind == "rust":
                     why = run_rust(name, cmd, tmp)
                 elif strip_comment(cmd) == TEST_COMMAND:
@@ -220,6 +222,7 @@ def main():
                     if re.search(r"\bPID\b", cmd):
                         cmd = re.sub(r"\bPID\b", target.pid(), cmd)
                     why = run_checked(name, cmd, live_view=live_view)
+                print(f"   ({time.monotonic() - start:.0f} s)", flush=True)
                 if why:
                     print(f"FAILED: {name}: {why}", flush=True)
                     failed.append(name)
