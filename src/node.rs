@@ -24,8 +24,8 @@ use crate::sync::{invariant, AtomicU64, AtomicUsize, Lock, Ordering};
 /// object size) rather than return them to their segment. Kept where one
 /// allocation would otherwise take a slab from its segment and give one
 /// back: without it the classes of one 40-64 KiB block per slab did that
-/// for most allocations in `stress 4 1000000 10000`, at 1.27x the CPU time
-/// (7 interleaved runs). What a node keeps goes back at the next purge
+/// for most allocations of a program that allocates and frees such blocks
+/// at random (`stress`). What a node keeps goes back at the next purge
 /// (`release_empty_slabs`).
 const MIN_PARTIAL_OBJECTS: usize = 16;
 

@@ -1,10 +1,9 @@
 //! What the preload library links in place of std. Built to abort on a
 //! panic (the release profile), `libslubmalloc.so` is a `no_std` crate:
-//! std's panic machinery, with its backtrace printer and symbolizer (about
-//! 220 KiB of code), would otherwise be mapped, and partly resident, in
-//! every program under it (`startup`, one million `malloc(64)` + `free`
-//! pairs: peak RSS 1,760 KiB with std, 1,512 without, mimalloc 1,668;
-//! `ci/measure.py`, README "Small programs").
+//! std's panic machinery, with its backtrace printer and symbolizer (most
+//! of the library's code with it), would otherwise be mapped, and partly
+//! resident, in every program under it (bench/report/HISTORY.md: the
+//! preload library links no standard library).
 
 use core::fmt::Write;
 

@@ -136,21 +136,15 @@ pub fn take_now() {
 // The trim bound
 
 /// The trim bound a process starts with: what a program that frees and
-/// goes idle keeps, unless it had raised it. `ci/measure.py -r 5 --size
-/// small --workloads large_replace,large,churn,stress` against the tree
-/// before the bound: 32 MiB and 64 MiB were level (CPU time 1.01x either
-/// way). Without counting memory taken back from the cache and the free
-/// slabs (fresh pages after a trim only), starts of 16, 32 and 64 MiB had
-/// cost `large` (two threads replacing blocks of 128 KiB to 4 MiB) 1.93x,
-/// 1.56x and 0.96x the CPU time: each doubling paid a trim of the whole
-/// cache and the faults after it.
+/// goes idle keeps, unless it had raised it. Lower starts cost the
+/// workloads that replace big blocks (`large`) a trim of the whole cache and
+/// the faults after it at each doubling (bench/report/HISTORY.md, the trim
+/// bound).
 const TRIM_START_BYTES: u64 = 32 << 20;
 /// The most the bound grows to: what a program that went idle may keep.
 /// `large_replace` (20 live blocks of 5-25 MiB, one replaced at a time)
-/// caches up to half of its 300 MiB: with 128 MiB it trimmed again and
-/// again (1.17x the CPU time of the tree before the bound, when only fresh
-/// pages raised it, against 1.13x with 256 MiB); with 256 MiB and reuse
-/// counted it is level (0.98x-1.02x in three runs).
+/// caches up to half of its 300 MiB: a lower most had it trim again and
+/// again.
 const TRIM_MAX_BYTES: u64 = 256 << 20;
 /// Memory worth half the bound, taken back within this time of the last
 /// trim or raise, doubles the bound (see the module docs).

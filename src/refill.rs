@@ -152,8 +152,8 @@ fn refill(heap: &Heap, class: usize) -> bool {
             }
             // A page's worth, at least 4 objects (mimalloc's least
             // extension): touches little of a fresh slab that is not used
-            // yet. (At least 16 touched 14 pages of a 3.5 KiB class for a
-            // thread that used 4: 1,000 threads x 20 blocks held 444 MB.)
+            // yet (more would touch pages of a big class for a thread that
+            // uses a few of its blocks).
             // With SLUBMALLOC_FREELIST_RANDOM, at least 16 to shuffle.
             let least = if crate::options::get().freelist_random {
                 16
@@ -225,9 +225,8 @@ fn refill(heap: &Heap, class: usize) -> bool {
 /// Allocations the heap makes, of any class, with none of a class, before
 /// that class's empty active slab may go back: a class used a little but
 /// regularly keeps its slab. Counted in slabs taken instead (a class with no
-/// allocation over the last two), a slab given back was soon taken again,
-/// which checked again: `churn 4 1000000 2000` took 7,587 slabs instead of
-/// 575, for 1.2x the CPU time and 1.3x the peak RSS.
+/// allocation over the last two), a slab given back was soon taken again
+/// (`churn` took more than ten times the slabs, with more time and memory).
 const IDLE_ALLOCS: u32 = 4096;
 
 /// Before `heap` takes a slab from a segment for `class`: every other warm

@@ -41,12 +41,12 @@ const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
 const EMPTY_SEGMENTS_KEPT: usize = 1;
 /// Free slabs whose pages may be resident, in all segments, below which a
-/// slab given back asks for no purge (1 MiB; glibc trims at free only past
-/// 128 KiB): they serve the next slabs taken, of any class, and go back
+/// slab given back asks for no purge (glibc too trims at free only past a
+/// threshold): they serve the next slabs taken, of any class, and go back
 /// with the next purge asked for by anything else. Without it a small
-/// program that empties a slab starts the background purger, a thread: a
-/// fork from a signal handler then hung (`preload_fork_signal`), and
-/// `size_cycle` peaked 80-120 KiB higher.
+/// program that empties a slab would start the background purger, a
+/// thread (a fork from a signal handler then hung, `preload_fork_signal`),
+/// and would peak higher.
 const DIRTY_SLABS_UNPURGED: usize = 16;
 
 const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
@@ -58,9 +58,9 @@ static MAP: SegmentMap = SegmentMap(UnsafeCell::new([0; MAP_ENTRIES]));
 /// The segment map's bytes, read and written only as `AtomicU8`s (`entry`).
 /// Declared as one cell of plain bytes, not as `[AtomicU8; MAP_ENTRIES]`:
 /// the compiler evaluates a static's initialiser, and 32 Mi `AtomicU8`s,
-/// each a struct with a cell inside, took 6.6-7.1 s of the 7.7 s it spent on
-/// this crate (`-Z time-passes`: type_check_crate), in every clean build of
-/// every crate that uses slubmalloc. A byte array takes 0.1 s.
+/// each a struct with a cell inside, took most of the time it spent on this
+/// crate (`-Z time-passes`: type_check_crate), in every clean build of
+/// every crate that uses slubmalloc; a byte array is evaluated at once.
 #[repr(transparent)]
 struct SegmentMap(UnsafeCell<[u8; MAP_ENTRIES]>);
 

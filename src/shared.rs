@@ -19,11 +19,10 @@ use crate::segment;
 
 /// Objects a thread takes from shared slabs per class before the class gets
 /// a slab of its own. The cost of one, against the fast path: a node lock
-/// round trip for the allocation and one for the free (about 60 ns more
-/// together, uncontended). With 16, 1,000 threads that each hold 20 blocks
-/// of 8 sizes (`benches/c/live_threads.c`) warmed every class up and held
-/// 379 MB; with 32, 339 MB (glibc 318 MB). A busy class reaches 32 within
-/// microseconds.
+/// round trip for the allocation and one for the free. Fewer warmed every
+/// class up in a program of many threads that each hold a few blocks of
+/// many sizes (`benches/c/live_threads.c`), each class then holding a slab
+/// per thread. A busy class reaches 32 within microseconds.
 pub const SHARED_OBJECTS: u8 = 32;
 
 /// The allocation of an object of `class` for `heap` if the class is cold

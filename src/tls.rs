@@ -4,8 +4,7 @@
 //! initial-exec model (`mov rax, [rip + sym@GOTTPOFF]; mov rax, fs:[rax]`),
 //! as glibc's manual and mimalloc do for a preloaded malloc: in the shared
 //! library, Rust's `thread_local!` would call `__tls_get_addr` on every
-//! malloc and free (measured: 11 instructions and a call each; a C malloc +
-//! free pair under callgrind took 133 instructions with it, 97.5 without).
+//! malloc and free (a call and its instructions each).
 //! In an executable the linker relaxes this to a plain `fs:` load.
 //! Elsewhere `thread_local!` with a const initialiser and no destructor.
 //!
