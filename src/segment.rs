@@ -149,6 +149,9 @@ struct Segments {
     whole_dirty_slabs: usize,
     /// Free slabs, dirty or not, in all segments.
     free_slabs: usize,
+    /// A slab was taken since the last purge pass: the heap is reusing
+    /// its free slabs.
+    taken_since_purge: bool,
 }
 
 // SAFETY: the raw pointers are reached only under the SEGMENTS lock.
@@ -165,6 +168,7 @@ const fn no_segments() -> Segments {
         dirty_slabs: 0,
         whole_dirty_slabs: 0,
         free_slabs: 0,
+        taken_since_purge: false,
     }
 }
 
@@ -299,6 +303,7 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
     let index = pick.trailing_zeros() as usize;
     sg.free_mask &= !(1 << index);
     s.free_slabs -= 1;
+    s.taken_since_purge = true;
     // A dirty bit left for a slab in use would have a purge drop its
     // pages; the segment stays on the dirty queue until the next purge
     // finds nothing dirty.
@@ -474,11 +479,13 @@ pub enum PurgeBy {
 
 /// In a purge run by a slow path, a free slab inside a segment still in
 /// use goes back once it has been free this many purge delays (a slab of a
-/// segment free whole, after one): a heap in use that frees a part of
-/// itself mostly allocates it again, and the time between the free and the
-/// reuse grows with the part freed; a purge between them would have the
-/// program fault every page in again. The background purger, which keeps
-/// the deadline of a program that may have gone idle, waits one delay.
+/// segment free whole, after one), and not while the heap takes slabs
+/// again (one was taken since the last purge pass): a heap in use that
+/// frees a part of itself mostly allocates it again, and the time between
+/// the free and the reuse grows with the part freed; a purge between them
+/// would have the program fault every page in again. The background
+/// purger, which keeps the deadline of a program that may have gone idle,
+/// waits one delay.
 const IN_USE_DELAYS: u64 = 10;
 
 /// The purge the deadline asked for: what was freed a whole delay before
@@ -490,9 +497,13 @@ const IN_USE_DELAYS: u64 = 10;
 /// before the deadline is likelier to be taken again than not, and a purge
 /// would have it faulted in again.
 fn purge_all(now: u64, by: PurgeBy) {
-    let (cutoff, in_use_cutoff) = cutoffs(now, purge::delay_ns(), by);
-    let cache_left = crate::large::purge_cache(cutoff);
-    let slabs_left = with_segments(|s| purge_segments_locked(s, cutoff, in_use_cutoff));
+    let delay = purge::delay_ns();
+    let cache_left = crate::large::purge_cache(now.saturating_sub(delay));
+    let slabs_left = with_segments(|s| {
+        let taken = core::mem::replace(&mut s.taken_since_purge, false);
+        let (cutoff, in_use_cutoff) = cutoffs(now, delay, by, taken);
+        purge_segments_locked(s, cutoff, in_use_cutoff)
+    });
     if cache_left || slabs_left {
         // Younger than the delay: look again later.
         purge::schedule(purge::now_ns());
@@ -500,10 +511,12 @@ fn purge_all(now: u64, by: PurgeBy) {
 }
 
 /// The free times at or before which a purge at `now` gives back a free
-/// slab: of a segment free whole, and of a segment still in use.
-fn cutoffs(now: u64, delay: u64, by: PurgeBy) -> (u64, u64) {
+/// slab: of a segment free whole, and of a segment still in use (`taken`:
+/// the heap took a slab since the last purge pass).
+fn cutoffs(now: u64, delay: u64, by: PurgeBy, taken: bool) -> (u64, u64) {
     let cutoff = now.saturating_sub(delay);
     match by {
+        PurgeBy::SlowPath if taken => (cutoff, 0),
         PurgeBy::SlowPath => (
             cutoff,
             now.saturating_sub(delay.saturating_mul(IN_USE_DELAYS)),
@@ -744,17 +757,25 @@ mod tests {
     }
 
     /// A slow path's purge, in a heap in use, leaves a free slab of a
-    /// segment in use for `IN_USE_DELAYS` delays; the purger, for one.
+    /// segment in use for `IN_USE_DELAYS` delays, and all of them while the
+    /// heap takes slabs; the purger, for one delay.
     #[test]
     fn a_slow_path_purge_waits_longer_for_slabs_of_segments_in_use() {
         let delay = 100;
-        assert_eq!(cutoffs(10_000, delay, PurgeBy::Purger), (9_900, 9_900));
-        assert_eq!(cutoffs(10_000, delay, PurgeBy::SlowPath), (9_900, 9_000));
+        for taken in [false, true] {
+            assert_eq!(
+                cutoffs(10_000, delay, PurgeBy::Purger, taken),
+                (9_900, 9_900)
+            );
+        }
         assert_eq!(
-            cutoffs(u64::MAX, delay, PurgeBy::SlowPath).1,
-            u64::MAX - 1000
+            cutoffs(10_000, delay, PurgeBy::SlowPath, false),
+            (9_900, 9_000)
         );
-        assert_eq!(cutoffs(50, delay, PurgeBy::SlowPath), (0, 0));
+        assert_eq!(cutoffs(10_000, delay, PurgeBy::SlowPath, true), (9_900, 0));
+        let far = cutoffs(u64::MAX, delay, PurgeBy::SlowPath, false);
+        assert_eq!(far.1, u64::MAX - 1000);
+        assert_eq!(cutoffs(50, delay, PurgeBy::SlowPath, false), (0, 0));
     }
 
     /// What a trim counts: in a heap a quarter of whose slabs are in use,
