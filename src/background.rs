@@ -23,7 +23,11 @@ use core::ptr;
 
 use crate::free::flush_barns;
 use crate::heap::{orphan_heap, DEAD, ORPHAN_LOCK};
+use crate::node;
+use crate::os;
 use crate::purge;
+use crate::segment;
+use crate::tls;
 
 /// Starts the purger if one is wanted (`purge::purger_wanted`). The caller
 /// holds no allocator lock. Cost when none is wanted: one load in a
@@ -41,7 +45,7 @@ fn start() {
     if !purge::claim_start() {
         return;
     }
-    let _keep = crate::os::ErrnoGuard::save();
+    let _keep = os::ErrnoGuard::save();
     // SAFETY: plain C calls on values on our stack: the attribute object is
     // initialised before use and destroyed after; the signal sets are
     // filled before they are read. The new thread starts in `purger`, which
@@ -81,7 +85,7 @@ extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
     // Whatever this thread's libc does on its behalf (its exit frees TLS of
     // other threads) goes through the orphan heap: it never gets a heap of
     // its own, whose exit destructor would not run.
-    crate::tls::set(DEAD);
+    tls::set(DEAD);
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"slubmalloc-purge".as_ptr()) };
     loop {
@@ -103,13 +107,13 @@ extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
             purge::purger_wait(seq, u64::MAX);
         } else if now < at {
             purge::purger_wait(seq, at - now);
-        } else if crate::segment::purge_if_due_after(crate::segment::PurgeBy::Purger, || {
+        } else if segment::purge_if_due_after(segment::PurgeBy::Purger, || {
             // The barns' blocks back to their slabs first, counted in the
             // orphan heap (the purger has no heap of its own).
             ORPHAN_LOCK.lock();
             flush_barns(orphan_heap());
             ORPHAN_LOCK.unlock();
-            crate::node::release_empty_slabs();
+            node::release_empty_slabs();
         }) {
             purge::count_background_purge();
         }

@@ -3,6 +3,7 @@
 //! instruction on any path); and the process-wide counters of rare events.
 //! Summing and formatting them is `stats`'s.
 
+use crate::size_class;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Per-class events kept in each thread's counter block. The first seven,
@@ -135,7 +136,7 @@ impl Global {
     /// Bytes mapped for segments and large blocks.
     pub fn mapped_bytes(&self) -> u64 {
         // Relaxed: statistics counters, read as a snapshot.
-        self.segments.load(Ordering::Relaxed) * crate::size_class::SEGMENT_BYTES as u64
+        self.segments.load(Ordering::Relaxed) * size_class::SEGMENT_BYTES as u64
             + self.large_mapped.load(Ordering::Relaxed)
     }
 

@@ -12,6 +12,7 @@
 //! block is `[link][POISON ...]`. Large blocks get no red zone.
 
 use crate::freelist::get_next;
+use crate::options;
 use crate::os;
 use crate::segment::slab_of;
 use crate::size_class::class_for;
@@ -28,7 +29,7 @@ const LINK_WORD: usize = 8;
 /// Whether debug mode is on (`SLUBMALLOC_DEBUG=1`).
 #[inline]
 pub fn enabled() -> bool {
-    crate::options::get().debug
+    options::get().debug
 }
 
 /// The class of the slot a debug block of `size` bytes at `align` takes, or

@@ -45,7 +45,15 @@
 //! Not supported, as with glibc's malloc: a fork from a signal handler that
 //! interrupted the allocator in a process with several threads.
 
+use crate::barn;
+use crate::heap;
+use crate::large;
+use crate::node;
+use crate::prof::table;
+use crate::purge;
+use crate::segment;
 use crate::sync::{AtomicU32, Ordering};
+use crate::tls;
 
 /// Whether the process had other threads when it last entered fork.
 static PARENT_THREADED: AtomicU32 = AtomicU32::new(0);
@@ -81,21 +89,21 @@ extern "C" fn prepare() {
 
 extern "C" fn child() {
     // The parent's purger, if it had one, is not in the child.
-    crate::purge::reset_in_child();
+    purge::reset_in_child();
     if PARENT_THREADED.load(Ordering::Relaxed) == 0 {
         return;
     }
     // Segments first: the node lists are rebuilt from their slabs.
-    crate::segment::repair_in_child();
-    crate::large::repair_in_child();
-    crate::node::rebuild_in_child();
-    crate::barn::repair_in_child();
-    crate::heap::repair_registry_in_child();
-    let heap = crate::tls::current();
-    crate::heap::count_threads_in_child(heap != crate::heap::EMPTY && heap != crate::heap::DEAD);
-    crate::heap::repair_orphan_in_child();
-    if crate::prof::table::PROF_LOCK.is_locked() {
-        crate::heap::replace_prof_in_child();
-        crate::prof::table::reset_in_child();
+    segment::repair_in_child();
+    large::repair_in_child();
+    node::rebuild_in_child();
+    barn::repair_in_child();
+    heap::repair_registry_in_child();
+    let heap = tls::current();
+    heap::count_threads_in_child(heap != heap::EMPTY && heap != heap::DEAD);
+    heap::repair_orphan_in_child();
+    if table::PROF_LOCK.is_locked() {
+        heap::replace_prof_in_child();
+        table::reset_in_child();
     }
 }

@@ -13,6 +13,10 @@
 use core::fmt::{self, Write};
 
 use crate::counters::global;
+#[cfg(feature = "override")]
+use crate::large;
+#[cfg(feature = "override")]
+use crate::size_class;
 use crate::stats::Stats;
 use crate::sync::Ordering;
 
@@ -48,7 +52,7 @@ pub struct MallInfo {
 /// The `mallinfo2` answer now.
 pub fn mallinfo() -> MallInfo {
     let s = crate::stats::stats();
-    from_stats(&s, crate::large::cached_pieces())
+    from_stats(&s, large::cached_pieces())
 }
 
 #[cfg(feature = "override")]
@@ -61,7 +65,7 @@ fn from_stats(s: &Stats, cached_pieces: u64) -> MallInfo {
         fsmblks += free * c.object_size;
     }
     let t = &s.totals;
-    let arena = t.segments * crate::size_class::SEGMENT_BYTES as u64 + t.large_cached_bytes;
+    let arena = t.segments * size_class::SEGMENT_BYTES as u64 + t.large_cached_bytes;
     let uordblks = t.bytes_in_use.saturating_sub(t.large_bytes);
     MallInfo {
         arena,
@@ -85,7 +89,7 @@ fn from_stats(s: &Stats, cached_pieces: u64) -> MallInfo {
 /// blocks; `system` and `aspace` all bytes mapped.
 pub fn write_malloc_info(w: &mut impl Write) -> fmt::Result {
     let s = crate::stats::stats();
-    let m = from_stats(&s, crate::large::cached_pieces());
+    let m = from_stats(&s, large::cached_pieces());
     let mapped = s.totals.bytes_mapped;
     // Relaxed: a statistics counter. Read after `mapped`, which sums two
     // counters read one after the other: the max keeps "max >= current".

@@ -3,7 +3,9 @@
 
 use core::ptr;
 
+use crate::counters;
 use crate::os::{self, PAGE_BYTES};
+use crate::purge;
 use crate::sync::Ordering;
 
 /// A fresh mapping of `len` bytes at `align`, counted; None (errno ENOMEM)
@@ -13,10 +15,10 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
     if m.is_null() {
         return None;
     }
-    let g = crate::counters::global();
+    let g = counters::global();
     g.large_mapped.fetch_add(len as u64, Ordering::Relaxed);
     g.mapped_changed(len as i64);
-    crate::purge::count_taken(len as u64, true);
+    purge::count_taken(len as u64, true);
     Some(m as usize)
 }
 
@@ -30,12 +32,12 @@ pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<us
         unmap_block(base, old);
         return None;
     };
-    let g = crate::counters::global();
+    let g = counters::global();
     g.large_mapped
         .fetch_add((len - old) as u64, Ordering::Relaxed);
     g.mapped_changed((len - old) as i64);
-    crate::purge::count_taken(old as u64, false);
-    crate::purge::count_taken((len - old) as u64, true);
+    purge::count_taken(old as u64, false);
+    purge::count_taken((len - old) as u64, true);
     if zero {
         // SAFETY: the first `old` bytes of the new mapping are ours.
         unsafe { ptr::write_bytes(q as *mut u8, 0, old) };
@@ -94,7 +96,7 @@ fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
 /// Unmaps a large block's mapping, counted.
 pub fn unmap_block(base: usize, len: usize) {
     os::unmap(base as *mut u8, len);
-    let g = crate::counters::global();
+    let g = counters::global();
     g.large_mapped.fetch_sub(len as u64, Ordering::Relaxed);
     g.mapped_changed(-(len as i64));
 }

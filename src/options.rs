@@ -12,6 +12,8 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 
+use crate::fmt;
+use crate::os;
 use crate::sync::{Once, OwnLines};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -335,11 +337,11 @@ fn parse_signal(v: &[u8], out: &mut i32) -> bool {
 }
 
 fn warn(before: &[u8], name: &[u8], after: &[u8]) {
-    let mut buf = crate::fmt::FixedBuf::<200>::new();
+    let mut buf = fmt::FixedBuf::<200>::new();
     buf.push_str("slubmalloc: warning: ");
     buf.push_str(core::str::from_utf8(before).unwrap_or(""));
     buf.push_str(core::str::from_utf8(name).unwrap_or("SLUBMALLOC_?"));
     buf.push_str(core::str::from_utf8(after).unwrap_or(""));
     buf.push_str("\n");
-    crate::os::write_all(2, buf.as_bytes());
+    os::write_all(2, buf.as_bytes());
 }

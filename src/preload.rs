@@ -7,14 +7,16 @@
 
 use core::fmt::Write;
 
+use crate::{fmt, os};
+
 /// The allocator does not panic on any input: a panic is a bug in it. It
 /// stops the process with the panic's message and place, written without
 /// allocating.
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    let mut buf = crate::fmt::FixedBuf::<256>::new();
+    let mut buf = fmt::FixedBuf::<256>::new();
     let _ = writeln!(buf, "slubmalloc: internal error: {info}");
-    crate::os::write_all(2, buf.as_bytes());
+    os::write_all(2, buf.as_bytes());
     // SAFETY: abort has no preconditions and does not return.
     unsafe { libc::abort() }
 }

@@ -39,6 +39,7 @@
 //! A forked child has no purger: `reset_in_child` puts NONE back.
 
 use crate::counters::global;
+use crate::options;
 use crate::os;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -67,9 +68,7 @@ pub fn now_ns() -> u64 {
 
 /// `SLUBMALLOC_PURGE_DELAY_MS` in nanoseconds.
 pub fn delay_ns() -> u64 {
-    crate::options::get()
-        .purge_delay_ms
-        .saturating_mul(1_000_000)
+    options::get().purge_delay_ms.saturating_mul(1_000_000)
 }
 
 /// Asks for a purge one delay from `now`, unless one is pending already;
@@ -268,7 +267,7 @@ pub fn purger_wanted() -> bool {
         && (deadline() != 0
             || global().mapped_bytes()
                 >= INHERITED_BYTES.load(Ordering::Relaxed) + PURGER_EARLY_BYTES)
-        && crate::options::get().background_purge
+        && options::get().background_purge
         && now_ns() >= RETRY_AFTER_NS.load(Ordering::Relaxed)
 }
 

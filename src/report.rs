@@ -7,9 +7,12 @@ use core::ffi::CStr;
 use core::fmt::Write;
 
 use crate::fmt::FixedBuf;
+use crate::glibc_info;
 use crate::options::{self, StatsMode, PATH_MAX_BYTES};
 use crate::os::Existing;
 use crate::os::FdWriter;
+use crate::prof::write;
+use crate::stats;
 use crate::sync::{AtomicI32, Ordering};
 
 /// A private copy of stderr taken at start-up, so the exit report still
@@ -44,7 +47,7 @@ pub fn install() {
 extern "C" fn on_signal(_sig: libc::c_int) {
     let _keep = crate::os::ErrnoGuard::save();
     write_report(options::get().stats, STDERR_COPY.load(Ordering::Relaxed));
-    crate::prof::write::on_signal();
+    write::on_signal();
 }
 
 extern "C" fn at_exit() {
@@ -52,7 +55,7 @@ extern "C" fn at_exit() {
     if mode != StatsMode::Off {
         write_report(mode, STDERR_COPY.load(Ordering::Relaxed));
     }
-    crate::prof::write::at_exit();
+    write::at_exit();
 }
 
 #[used]
@@ -74,13 +77,13 @@ pub fn write_report(mode: StatsMode, stderr_fd: i32) {
         return;
     }
     {
-        let s = crate::stats::stats_for_report();
+        let s = stats::stats_for_report();
         let mut w = FdWriter::new(fd);
         let _ = match mode {
             StatsMode::Json => s.write_json(&mut w).and_then(|_| w.write_str("\n")),
             // Then glibc's closing lines, for scripts that read glibc's report.
             _ => write!(w, "slubmalloc statistics (pid {})\n{}", crate::os::pid(), s)
-                .and_then(|_| crate::glibc_info::write_stats_totals(&mut w, &s)),
+                .and_then(|_| glibc_info::write_stats_totals(&mut w, &s)),
         };
     }
     if fd != stderr_fd {

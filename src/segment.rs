@@ -26,6 +26,8 @@
 use core::cell::UnsafeCell;
 use core::ptr;
 
+use crate::counters;
+use crate::large;
 use crate::list::{Linked, List};
 use crate::os;
 use crate::purge;
@@ -350,9 +352,7 @@ pub fn free_slab(slab: *mut Slab) {
 pub fn trim_if_over_bound() {
     // Relaxed: hints; `claim_trim` decides, the purge's locks order it.
     let freed_whole = TRIMMABLE_BYTES.load(Ordering::Relaxed)
-        + crate::counters::global()
-            .large_cached
-            .load(Ordering::Relaxed);
+        + counters::global().large_cached.load(Ordering::Relaxed);
     if purge::over_trim_bound(freed_whole) {
         trim(freed_whole);
     }
@@ -365,7 +365,7 @@ pub fn trim_if_over_bound() {
 #[inline(never)]
 fn trim(freed_whole: u64) {
     if purge::claim_trim(freed_whole) {
-        crate::large::purge_cache(u64::MAX);
+        large::purge_cache(u64::MAX);
         with_segments(|s| {
             if mostly_free(s) {
                 purge_segments_locked(s, u64::MAX, u64::MAX);
@@ -427,7 +427,7 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     s.free_slabs += SLABS_PER_SEGMENT - 1;
     s.with_free.push_front(sg);
     set_mapped(seg as usize, true);
-    let g = crate::counters::global();
+    let g = counters::global();
     g.segments.fetch_add(1, Ordering::Relaxed);
     g.mapped_changed(SEGMENT_BYTES as i64);
     seg
@@ -498,7 +498,7 @@ const IN_USE_DELAYS: u64 = 10;
 /// would have it faulted in again.
 fn purge_all(now: u64, by: PurgeBy) {
     let delay = purge::delay_ns();
-    let cache_left = crate::large::purge_cache(now.saturating_sub(delay));
+    let cache_left = large::purge_cache(now.saturating_sub(delay));
     let slabs_left = with_segments(|s| {
         let taken = core::mem::replace(&mut s.taken_since_purge, false);
         let (cutoff, in_use_cutoff) = cutoffs(now, delay, by, taken);
@@ -572,7 +572,7 @@ fn purge_dirty_queue(s: &mut Segments, due: impl Fn(&Segment) -> u64) -> bool {
             s.whole_dirty_slabs -= sg.dirty_mask.count_ones() as usize;
             set_mapped(seg as usize, false);
             os::unmap(seg.cast(), SEGMENT_BYTES);
-            let g = crate::counters::global();
+            let g = counters::global();
             g.segments.fetch_sub(1, Ordering::Relaxed);
             g.mapped_changed(-(SEGMENT_BYTES as i64));
             // Relaxed: a statistics counter.

@@ -15,7 +15,9 @@ use core::ptr;
 use crate::debug;
 use crate::heap::Heap;
 use crate::node::NODES;
+use crate::options;
 use crate::segment;
+use crate::size_class;
 
 /// Objects a thread takes from shared slabs per class before the class gets
 /// a slab of its own. The cost of one, against the fast path: a node lock
@@ -38,7 +40,7 @@ pub fn take_if_cold(heap: &Heap, class: usize) -> Option<*mut u8> {
         return None;
     }
     let taken = &heap.shared_taken[class];
-    if taken.get() >= SHARED_OBJECTS || crate::options::get().freelist_random {
+    if taken.get() >= SHARED_OBJECTS || options::get().freelist_random {
         heap.warm_up(class);
         return None;
     }
@@ -70,7 +72,7 @@ fn take_shared(class: usize) -> *mut u8 {
     if fresh && debug::enabled() {
         // A slot never handed out: poisoned as a carve in debug mode does,
         // so that `debug::arm` finds it clean.
-        debug::poison(p, crate::size_class::CLASS_BYTES[class] as usize);
+        debug::poison(p, size_class::CLASS_BYTES[class] as usize);
     }
     p
 }

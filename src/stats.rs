@@ -10,7 +10,11 @@
 use core::fmt;
 
 use crate::counters::{global, Ev};
+use crate::debug;
+use crate::heap;
 use crate::node::NODES;
+use crate::os;
+use crate::segment;
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES};
 use crate::sync::Ordering;
 
@@ -172,7 +176,7 @@ pub struct Stats {
 /// Takes a statistics snapshot without walking any list.
 pub fn stats() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = crate::heap::sum_counters(&mut sums, true);
+    let (alive, exited) = heap::sum_counters(&mut sums, true);
     build(&sums, alive, exited)
 }
 
@@ -180,7 +184,7 @@ pub fn stats() -> Stats {
 /// handler that interrupted the allocator).
 pub(crate) fn stats_for_report() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = crate::heap::sum_counters(&mut sums, false);
+    let (alive, exited) = heap::sum_counters(&mut sums, false);
     build(&sums, alive, exited)
 }
 
@@ -234,16 +238,16 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
     let totals = Totals {
         bytes_in_use: bytes_in_use + large_bytes,
         bytes_mapped: g.mapped_bytes(),
-        resident_bytes: crate::os::resident_bytes(),
+        resident_bytes: os::resident_bytes(),
         segments,
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
         large_cache_limit_bytes: g.large_cache_limit.load(Ordering::Relaxed),
         large_cache_hits: g.large_cache_hits.load(Ordering::Relaxed),
-        mmaps: crate::os::MMAPS.load(Ordering::Relaxed),
-        purges: crate::os::PURGES.load(Ordering::Relaxed),
-        bytes_purged: crate::os::PURGED_BYTES.load(Ordering::Relaxed),
+        mmaps: os::MMAPS.load(Ordering::Relaxed),
+        purges: os::PURGES.load(Ordering::Relaxed),
+        bytes_purged: os::PURGED_BYTES.load(Ordering::Relaxed),
         background_purges: g.background_purges.load(Ordering::Relaxed),
         purger_starts: g.purger_starts.load(Ordering::Relaxed),
         threads_alive: alive,
@@ -298,7 +302,7 @@ impl Stats {
     pub fn summary(&self) -> Summary {
         let slab_bytes: u64 = self
             .caches()
-            .map(|c| c.slabs * crate::segment::SLAB_BYTES as u64)
+            .map(|c| c.slabs * segment::SLAB_BYTES as u64)
             .sum();
         Summary {
             allocated: self.totals.bytes_in_use,
@@ -317,8 +321,8 @@ impl Stats {
     /// (`SLUBMALLOC_DEBUG=1`) the class of the slot that holds the block and
     /// its red zone.
     pub fn cache_for_size(&self, size: usize) -> Option<&CacheStats> {
-        let class = if crate::debug::enabled() {
-            crate::debug::slot_class(size, 1)
+        let class = if debug::enabled() {
+            debug::slot_class(size, 1)
         } else {
             crate::size_class::class_for(size, 1)
         };

@@ -78,6 +78,8 @@ pub(crate) use invariant;
 
 use core::cell::UnsafeCell;
 
+use crate::os;
+
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
@@ -244,7 +246,7 @@ fn lock_not_held(at: &core::panic::Location<'_>) -> ! {
     // The file name is UTF-8 cut at most at 96 bytes; a cut inside a
     // character loses the name, not the line.
     let what = core::str::from_utf8(&buf[..n]).unwrap_or("lock not held");
-    crate::os::fatal(what, 0)
+    os::fatal(what, 0)
 }
 
 /// Unlocks on drop.
@@ -259,7 +261,7 @@ impl Drop for Guard<'_> {
 
 #[cfg(not(loom))]
 fn futex(word: &AtomicU32, op: i32, val: u32) {
-    let _keep = crate::os::ErrnoGuard::save();
+    let _keep = os::ErrnoGuard::save();
     // SAFETY: `word` is a live, aligned u32; FUTEX_WAIT/WAKE read it only.
     unsafe {
         libc::syscall(
@@ -278,7 +280,7 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
 /// background purger's wait; a `wake` or a changed word ends it early).
 #[cfg(not(loom))]
 pub fn wait_on(word: &AtomicU32, expected: u32, timeout_ns: u64) {
-    let _keep = crate::os::ErrnoGuard::save();
+    let _keep = os::ErrnoGuard::save();
     let ts = libc::timespec {
         tv_sec: (timeout_ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,

@@ -7,11 +7,16 @@
 //! walk during which they did not change (`check_stats`); its flush of the
 //! barns waits for the walk (the orphan heap's lock).
 
+use crate::barn;
 use crate::freelist;
+use crate::heap;
+use crate::large;
 use crate::node::NODES;
+use crate::os;
 use crate::segment;
 use crate::size_class::NUM_CLASSES;
 use crate::slab;
+use crate::stats;
 use crate::sync::Ordering;
 
 /// What the walk found for one size class.
@@ -51,12 +56,12 @@ pub fn walk() -> Walk {
     // sheaf's last block on its slab would count that block neither in the
     // barn nor free (the statistics, taken before and after, would not show
     // it). Taken first: it comes before the node locks.
-    let _purger = crate::heap::ORPHAN_LOCK.guard();
+    let _purger = heap::ORPHAN_LOCK.guard();
     let mut caches = [WalkedCache::default(); NUM_CLASSES];
     let mut detached = [0u64; NUM_CLASSES];
     let mut thread_partial = [0u64; NUM_CLASSES];
     let mut sheaves = [0u64; NUM_CLASSES];
-    crate::heap::walk_heaps(&mut detached, &mut thread_partial, &mut sheaves);
+    heap::walk_heaps(&mut detached, &mut thread_partial, &mut sheaves);
     for (class, node) in NODES.iter().enumerate() {
         let _g = node.lock.guard();
         let w = &mut caches[class];
@@ -83,7 +88,7 @@ pub fn walk() -> Walk {
         free_on_slabs[class] += free as u64;
     });
     for class in 0..NUM_CLASSES {
-        let barn = crate::barn::BARNS[class].blocks();
+        let barn = barn::BARNS[class].blocks();
         caches[class].objects_in_use -=
             free_on_slabs[class] + detached[class] + sheaves[class] + barn;
         caches[class].sheaf_objects = sheaves[class];
@@ -91,7 +96,7 @@ pub fn walk() -> Walk {
     }
     Walk {
         caches,
-        large_blocks: crate::large::walk_count(),
+        large_blocks: large::walk_count(),
     }
 }
 
@@ -103,9 +108,9 @@ pub fn walk() -> Walk {
 /// retried up to a thousand times.
 pub fn check_stats() -> usize {
     for _ in 0..1000 {
-        let before = crate::stats::stats();
+        let before = stats::stats();
         let w = walk();
-        let after = crate::stats::stats();
+        let after = stats::stats();
         if before.caches().eq(after.caches())
             && before.totals.large_blocks == after.totals.large_blocks
         {
@@ -114,10 +119,10 @@ pub fn check_stats() -> usize {
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
     }
-    report_mismatches(&crate::stats::stats(), &walk())
+    report_mismatches(&stats::stats(), &walk())
 }
 
-fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
+fn report_mismatches(s: &stats::Stats, w: &Walk) -> usize {
     use core::fmt::Write;
     let mut bad = 0;
     for (c, got) in s.caches().zip(w.caches.iter()) {
@@ -133,7 +138,7 @@ fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
         };
         if kept != *got {
             bad += 1;
-            let mut out = crate::os::FdWriter::new(2);
+            let mut out = os::FdWriter::new(2);
             let _ = writeln!(
                 out,
                 "slubmalloc: class {} B: counters {:?} but walk {:?}",
@@ -143,7 +148,7 @@ fn report_mismatches(s: &crate::stats::Stats, w: &Walk) -> usize {
     }
     if s.totals.large_blocks != w.large_blocks {
         bad += 1;
-        let mut out = crate::os::FdWriter::new(2);
+        let mut out = os::FdWriter::new(2);
         let _ = writeln!(
             out,
             "slubmalloc: large blocks: counters {} but walk {}",

@@ -44,6 +44,7 @@ use crate::heap::{prof_heap, prof_owner, Heap, DEAD, EMPTY};
 use crate::large;
 use crate::node::{self, NODES};
 use crate::options;
+use crate::os;
 use crate::prof::table::TABLES;
 use crate::prof::unwind::{self, Skip, MAX_FRAMES};
 use crate::segment;
@@ -64,7 +65,7 @@ pub fn thread_start(heap: &Heap) {
         heap.prof_left.set(i64::MAX);
         return;
     }
-    heap.prof_rng.set(crate::os::random_u64());
+    heap.prof_rng.set(os::random_u64());
     heap.prof_left.set(next_interval(heap));
 }
 
