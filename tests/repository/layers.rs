@@ -181,8 +181,17 @@ fn is_directory_module(path: &std::path::Path) -> bool {
     path.file_name().is_some_and(|n| n == "mod.rs")
 }
 
+/// A module's unit tests in a file of their own (`src/segment/tests.rs`,
+/// `segment::tests`): part of the module, not layered.
+fn is_unit_tests(module: &str) -> bool {
+    module.ends_with("::tests")
+}
+
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let files = sources();
+    let files: Vec<_> = sources()
+        .into_iter()
+        .filter(|(m, _)| !is_unit_tests(m))
+        .collect();
     let modules: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
     let mut g = BTreeMap::new();
     for (module, path) in files.into_iter().filter(|(_, p)| !is_directory_module(p)) {
