@@ -137,11 +137,15 @@ pub unsafe fn free(p: *mut u8) {
     // SAFETY: the same reference.
     let c = unsafe { &*(opaque(c as *const ClassHeap as usize) as *const ClassHeap) };
     let len = c.sheaf_len.get();
-    let cap = c.sheaf_cap.get();
-    if len >= cap {
+    if len >= c.sheaf_cap.get() {
         // No sheaf (the 8-byte class, a cold class, debug mode, a static
-        // heap, the heap profile's slabs): the free as before sheaves.
-        if cap == 0 {
+        // heap, the heap profile's slabs): the free as before sheaves. A
+        // class heap without a sheaf has an empty one (its capacity drops
+        // to 0 only while it is empty, `Heap::reset`), a full sheaf holds a
+        // block at least: the length tells them apart, so the capacity is
+        // only compared, not kept in a register.
+        invariant!((len == 0) == (c.sheaf_cap.get() == 0));
+        if len == 0 {
             return free_to_slab(p, heap);
         }
         return free_no_room(p);
