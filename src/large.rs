@@ -243,6 +243,20 @@ impl Table {
     }
 }
 
+/// A large block's mapping is at most this many times the pages of the
+/// size it was asked for, or last resized to: a cached mapping taken whole
+/// for a smaller request (`Table::take_cached`) or kept by a realloc that
+/// shrinks it (`realloc`, at most twice) has spare pages, never more.
+pub const MAX_MAPPING_PER_REQUEST: usize = 4;
+
+/// Whether a mapping of `len` bytes may hold a large block asked for with
+/// `size` bytes: the size fits, and the mapping is no more than
+/// `MAX_MAPPING_PER_REQUEST` times its pages.
+pub fn may_hold(len: usize, size: usize) -> bool {
+    page_round(size)
+        .is_some_and(|need| need <= len && len <= need.saturating_mul(MAX_MAPPING_PER_REQUEST))
+}
+
 fn page_round(size: usize) -> Option<usize> {
     if size > isize::MAX as usize - PAGE_BYTES {
         return None;
@@ -433,6 +447,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             return None;
         }
         if new_len <= e.len && new_len > e.len / 2 {
+            const _: () = assert!(MAX_MAPPING_PER_REQUEST >= 2);
             return Some(p as *mut u8); // fits, and shrinking would not save much
         }
         if new_len > e.len && t.best_cached(new_len).is_some() {

@@ -94,7 +94,9 @@ impl Table {
             Some(i) => {
                 let c = self.cache[i];
                 let spare = c.len - len;
-                let whole = spare <= len / 8 || (spare < SPLIT_MIN_BYTES && c.len <= 4 * len);
+                let whole = spare <= len / 8
+                    || (spare < SPLIT_MIN_BYTES
+                        && c.len <= crate::large::MAX_MAPPING_PER_REQUEST * len);
                 if !whole {
                     self.cache[i].base += len;
                     self.cache[i].len -= len;

@@ -112,6 +112,7 @@ mod init;
 mod large;
 mod large_cache;
 mod large_map;
+mod layout;
 mod list;
 #[cfg(feature = "nightly")]
 mod nightly;
@@ -172,7 +173,7 @@ unsafe impl GlobalAlloc for SlubMalloc {
     #[cfg_attr(not(feature = "override"), inline)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller passes a live block allocated with `layout`.
-        unsafe { alloc::realloc(ptr, layout.align(), new_size) }
+        unsafe { alloc::realloc_with_layout(ptr, layout.size(), layout.align(), new_size) }
     }
 }
 
