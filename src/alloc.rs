@@ -7,6 +7,8 @@ use core::ptr;
 use crate::fastpath;
 use crate::large::{self, Freed};
 use crate::layout;
+#[cfg(feature = "override")]
+use crate::layout::Asked;
 use crate::os;
 use crate::prof::sample;
 use crate::release;
@@ -156,6 +158,46 @@ pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
 #[inline(never)]
 unsafe fn free_checked(p: *mut u8, size: usize, align: usize) {
     layout::check(p, size, align);
+    // SAFETY: per the contract; a pointer the check left is named by `free`.
+    unsafe { free(p) }
+}
+
+/// A C free that names the size the block was asked for (C23's
+/// `free_sized`, C++'s sized delete): checked against the block
+/// (`layout`), which must be one that any of `asked` is served with. The
+/// fast path is `free`'s, with the class of `size` compared as in
+/// `free_with_layout` (`asked` lists it).
+///
+/// # Safety
+/// `p` is null or a live block of ours.
+#[cfg(feature = "override")]
+#[inline(always)]
+pub unsafe fn free_sized(p: *mut u8, size: usize, asked: &[Asked]) {
+    if segment::contains(p) {
+        if let Some(scaled) = size_class::scaled_class_of_small_layout(size, 1) {
+            // SAFETY: `p` is inside a mapped segment.
+            if unsafe { fastpath::free_of_class(p, scaled) } {
+                return;
+            }
+        }
+    }
+    // SAFETY: per the contract.
+    unsafe { free_asked(p, asked) }
+}
+
+/// Frees `p`, null included, after checking that any of `asked` is served
+/// with it (`layout::check_any`): C's aligned sized frees, and the sized
+/// frees' slow path.
+///
+/// # Safety
+/// `p` is null or a live block of ours.
+#[cfg(feature = "override")]
+#[cold]
+#[inline(never)]
+pub unsafe fn free_asked(p: *mut u8, asked: &[Asked]) {
+    if !p.is_null() {
+        layout::check_any(p, asked);
+    }
     // SAFETY: per the contract; a pointer the check left is named by `free`.
     unsafe { free(p) }
 }

@@ -98,6 +98,10 @@ mod anchor;
 mod background;
 mod barn;
 mod counters;
+// The C++ ABI's names of `operator delete`.
+#[cfg(feature = "override")]
+#[allow(non_snake_case)]
+mod cxx;
 mod debug;
 mod fastpath;
 #[cfg(feature = "override")]
