@@ -48,8 +48,8 @@ fn a_large_block_freed_as_small_is_stopped() {
 }
 
 #[test]
-fn a_large_block_freed_with_a_quarter_of_its_size_is_stopped() {
-    stopped(Misuse::LargeDeallocAsSmallerLarge);
+fn a_large_block_freed_with_another_large_size_is_stopped() {
+    stopped(Misuse::LargeDeallocWithAnotherLargeSize);
 }
 
 #[test]
@@ -65,6 +65,31 @@ fn dealloc_with_an_alignment_the_block_lacks_is_stopped() {
 #[test]
 fn realloc_with_the_wrong_old_layout_is_stopped() {
     stopped(Misuse::ReallocWithTheWrongLayout);
+}
+
+/// Every misuse the operation model commits through `dealloc` with the
+/// layout the block was allocated with (a double free, an interior or
+/// made-up pointer, a corrupted list) is still named as itself, not as a
+/// wrong layout: the check leaves a pointer that starts no live block to
+/// the free.
+#[test]
+fn other_misuses_through_dealloc_keep_their_names() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    for size in [0, 100, 5000] {
+        crate::ops_model::check_every_misuse(size);
+    }
+}
+
+/// As `other_misuses_through_dealloc_keep_their_names`, in debug mode, whose
+/// check reads the size recorded in the block.
+#[test]
+fn other_misuses_through_dealloc_keep_their_names_in_debug_mode() {
+    crate::run_in_fresh_process(
+        "layout_check::other_misuses_through_dealloc_keep_their_names",
+        &[("SLUBMALLOC_DEBUG", "1")],
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -112,11 +112,12 @@ pub enum Misuse {
     DeallocBiggerSize,
     /// A large block freed with a small size.
     LargeDeallocAsSmall,
-    /// A large block freed with a quarter of its size.
-    LargeDeallocAsSmallerLarge,
+    /// A large block freed with a quarter or twice its size.
+    LargeDeallocWithAnotherLargeSize,
     /// A small block freed with a large size.
     SmallDeallocAsLarge,
-    /// A small block freed with an alignment of a page.
+    /// A small block freed with an alignment of a page, a large one with
+    /// twice its address's.
     DeallocWithAnAlignmentItLacks,
     /// A realloc given a bigger old size of another class.
     ReallocWithTheWrongLayout,
@@ -137,7 +138,7 @@ impl Misuse {
             Misuse::DeallocSmallerSize
             | Misuse::DeallocBiggerSize
             | Misuse::LargeDeallocAsSmall
-            | Misuse::LargeDeallocAsSmallerLarge
+            | Misuse::LargeDeallocWithAnotherLargeSize
             | Misuse::SmallDeallocAsLarge
             | Misuse::DeallocWithAnAlignmentItLacks
             | Misuse::ReallocWithTheWrongLayout => &["dealloc with the wrong layout"],
@@ -202,7 +203,7 @@ pub(super) fn misuses() -> &'static [Misuse] {
         Misuse::DeallocSmallerSize,
         Misuse::DeallocBiggerSize,
         Misuse::LargeDeallocAsSmall,
-        Misuse::LargeDeallocAsSmallerLarge,
+        Misuse::LargeDeallocWithAnotherLargeSize,
         Misuse::SmallDeallocAsLarge,
         Misuse::DeallocWithAnAlignmentItLacks,
         Misuse::ReallocWithTheWrongLayout,
@@ -390,14 +391,26 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             // SAFETY: none: the wrong size is the misuse.
             unsafe { raw_free(a, wrong, 8) };
         }
-        Misuse::LargeDeallocAsSmall | Misuse::LargeDeallocAsSmallerLarge => {
+        Misuse::LargeDeallocAsSmall => {
+            // About 1 MiB freed with a small size; or a block just above
+            // the largest class freed with that class's size, which its
+            // mapping holds: only the size's class tells.
+            let (n, wrong) = if size % 2 == 0 {
+                (8 * (MAX_SMALL_BYTES + 1) + size % (1 << 20), small)
+            } else {
+                (MAX_SMALL_BYTES + 1 + size % 4000, MAX_SMALL_BYTES - 16)
+            };
+            let a = raw_alloc(n, 8);
+            announce(a as usize, a as usize);
+            // SAFETY: none: the wrong size is the misuse.
+            unsafe { raw_free(a, wrong, 8) };
+        }
+        Misuse::LargeDeallocWithAnotherLargeSize => {
             let n = 8 * (MAX_SMALL_BYTES + 1) + size % (1 << 20);
             let a = raw_alloc(n, 8);
             announce(a as usize, a as usize);
-            let wrong = match m {
-                Misuse::LargeDeallocAsSmall => small,
-                _ => n / 4 - 4096,
-            };
+            // A quarter of the size (and a page less), or twice it.
+            let wrong = if size % 2 == 0 { n / 4 - 4096 } else { 2 * n };
             // SAFETY: none: the wrong size is the misuse.
             unsafe { raw_free(a, wrong, 8) };
         }
@@ -408,11 +421,23 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             unsafe { raw_free(a, MAX_SMALL_BYTES + 1 + size % (1 << 20), 8) };
         }
         Misuse::DeallocWithAnAlignmentItLacks => {
-            let a = raw_alloc(small, 8);
+            // A small block with a page's alignment (a block of it would
+            // come from the 4 KiB class), or a large one with twice the
+            // alignment its address has.
+            let n = if size % 2 == 0 {
+                small
+            } else {
+                MAX_SMALL_BYTES + 1 + size % (1 << 20)
+            };
+            let a = raw_alloc(n, 8);
             announce(a as usize, a as usize);
-            // SAFETY: none: the alignment is the misuse (a block of it
-            // would come from the 4 KiB class).
-            unsafe { raw_free(a, small, 4096) };
+            let align = if size % 2 == 0 {
+                4096
+            } else {
+                2 << (a as usize).trailing_zeros()
+            };
+            // SAFETY: none: the alignment is the misuse.
+            unsafe { raw_free(a, n, align) };
         }
         Misuse::ReallocWithTheWrongLayout => {
             let a = raw_alloc(small, 8);
