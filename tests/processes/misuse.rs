@@ -596,54 +596,48 @@ fn debug_mode_stops_a_write_after_free_on_reuse() {
 
 const WRONG_LAYOUT: &[&str] = &["dealloc with the wrong layout"];
 
-/// Runs `exe case` preloaded with `env` and expects it stopped for a wrong
-/// layout, naming the address it printed.
-fn sized_free_stopped(exe: &Path, case: &str, env: &[(&str, &str)]) {
-    let o = common::run_guarded(exe, &[case], true, env, LIMIT);
-    let addr = printed_address(&o);
-    let what = format!("{} {case} (env {env:?})", exe.display());
-    assert_stopped(&what, &o, WRONG_LAYOUT, addr, addr);
+/// Runs `exe case` preloaded, for each of `cases`, in the default mode and
+/// in debug mode, and expects each stopped for a wrong layout, naming the
+/// address it printed.
+fn sized_frees_stopped(exe: &Path, cases: &[&str]) {
+    for env in [&[][..], DEBUG] {
+        for case in cases {
+            let o = common::run_guarded(exe, &[case], true, env, LIMIT);
+            let addr = printed_address(&o);
+            let what = format!("{} {case} (env {env:?})", exe.display());
+            assert_stopped(&what, &o, WRONG_LAYOUT, addr, addr);
+        }
+    }
 }
 
 #[test]
 fn c_free_sized_with_a_size_the_block_was_not_asked_for_is_stopped() {
-    let exe = common::compile_c("sized_free", &[]);
-    for env in [&[][..], DEBUG] {
-        for case in [
-            "smaller",
-            "bigger",
-            "large_as_small",
-            "small_as_large",
-            "aligned_as_plain",
-        ] {
-            sized_free_stopped(&exe, case, env);
-        }
-    }
+    let cases = [
+        "smaller",
+        "bigger",
+        "large_as_small",
+        "small_as_large",
+        "aligned_as_plain",
+    ];
+    sized_frees_stopped(&common::compile_c("sized_free", &[]), &cases);
 }
 
 #[test]
 fn c_free_aligned_sized_with_an_alignment_the_block_lacks_is_stopped() {
-    let exe = common::compile_c("sized_free", &[]);
-    for env in [&[][..], DEBUG] {
-        sized_free_stopped(&exe, "wrong_alignment", env);
-    }
+    sized_frees_stopped(&common::compile_c("sized_free", &[]), &["wrong_alignment"]);
 }
 
 #[test]
 fn cxx_sized_delete_with_a_size_or_alignment_the_block_lacks_is_stopped() {
-    let exe = common::compile_cxx("sized_delete");
-    for env in [&[][..], DEBUG] {
-        for case in [
-            "smaller",
-            "bigger",
-            "array_bigger",
-            "large_as_small",
-            "aligned_wrong",
-            "aligned_bigger",
-        ] {
-            sized_free_stopped(&exe, case, env);
-        }
-    }
+    let cases = [
+        "smaller",
+        "bigger",
+        "array_bigger",
+        "large_as_small",
+        "aligned_wrong",
+        "aligned_bigger",
+    ];
+    sized_frees_stopped(&common::compile_cxx("sized_delete"), &cases);
 }
 
 /// `exe right` (every size, alignment and way of allocating) is not
@@ -669,17 +663,20 @@ fn cxx_deletes_of_the_size_asked_for_are_not_stopped() {
 fn a_cxx_program_that_replaces_operator_new_and_delete_keeps_them() {
     // Its sized and array deletes, the C++ library's until now, are found
     // in the preload library first: they must lead to its own.
-    let exe = common::compile_cxx("replaced_new_delete");
-    for env in [&[][..], DEBUG] {
-        correct_program_is_not_stopped(&exe, env);
-    }
+    program_of_its_own_operators_is_not_stopped("replaced_new_delete");
 }
 
 #[test]
 fn a_cxx_program_that_replaces_operator_new_alone_is_not_stopped_by_its_sized_deletes() {
     // Its `operator new` asks `malloc` for more than the size its deletes
     // name: with a replaced `operator new`, the sizes are not checked.
-    let exe = common::compile_cxx("replaced_new");
+    program_of_its_own_operators_is_not_stopped("replaced_new");
+}
+
+/// The C++ program `name` runs preloaded as it runs on glibc, in the
+/// default mode and in debug mode.
+fn program_of_its_own_operators_is_not_stopped(name: &str) {
+    let exe = common::compile_cxx(name);
     for env in [&[][..], DEBUG] {
         correct_program_is_not_stopped(&exe, env);
     }
