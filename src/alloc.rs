@@ -6,6 +6,9 @@ use core::ptr;
 
 use crate::fastpath;
 use crate::large::{self, Freed};
+use crate::layout;
+#[cfg(feature = "override")]
+use crate::layout::Asked;
 use crate::os;
 use crate::prof::sample;
 use crate::release;
@@ -116,36 +119,86 @@ pub unsafe fn free(p: *mut u8) {
     }
 }
 
-/// Frees a block whose size and alignment are known (Rust's `dealloc`): the
-/// layout tells slab from large block, so the segment map is not consulted.
+/// Frees a block whose size and alignment the caller gives (Rust's
+/// `dealloc`), checked against them (`layout`). The common case, a size
+/// the table classifies at an alignment it serves, at an address that is
+/// not a page's start, takes the free fast path with one compare more: the
+/// size's class against the block's slab's (`fastpath::free_of_class`).
+/// Everything else takes `free_checked`: the other sizes and alignments,
+/// a block of another class or a sampled one, and any block at a page's
+/// start, as every large block is: the fast path reads the slab header of
+/// the block's segment, which a large block does not have, and an
+/// address outside every segment may not be mapped (the segment map tells
+/// those apart, a few instructions more than the page test).
 ///
 /// # Safety
 /// `p` is a live block allocated by `alloc(size, align)` or resized to `size`.
 #[inline(always)]
 pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
-    // Sizes near the largest class may be large blocks in debug mode (the
-    // red zone makes them bigger), so those ask the segment map. `size |
-    // align` is at least `size.max(align)`, so the test is sufficient, and
-    // two instructions shorter than taking the max.
-    if size | align <= MAX_SMALL_BYTES - crate::debug::EXTRA_BYTES {
-        // SAFETY: such a layout is always served from a slab.
-        unsafe { fastpath::free(p) }
-    } else {
-        // SAFETY: per the contract.
-        unsafe { free_by_map(p) }
+    if let Some(scaled) = size_class::scaled_class_of_small_layout(size, align) {
+        if p as usize & (os::PAGE_BYTES - 1) != 0 {
+            // SAFETY: a block of such a layout is in a slab, so in a mapped
+            // segment; `free_of_class` reads its segment header and checks
+            // the class. A pointer that is not ours is the caller's breach.
+            if unsafe { fastpath::free_of_class(p, scaled) } {
+                return;
+            }
+        }
     }
+    // SAFETY: per the contract.
+    unsafe { free_checked(p, size, align) }
 }
 
-/// `free` out of line, for `free_with_layout`'s big layouts, which ask the
-/// segment map: inlined, its copy of the slab fast path would be merged with
-/// the small layouts' one at the cost of a jump on theirs.
+/// `free_with_layout` out of line, for everything its fast path leaves:
+/// the full check, then `free`, which routes the block by the segment map.
 ///
 /// # Safety
-/// As for `free`.
+/// As for `free_with_layout`.
 #[cold]
 #[inline(never)]
-unsafe fn free_by_map(p: *mut u8) {
+unsafe fn free_checked(p: *mut u8, size: usize, align: usize) {
+    layout::check(p, size, align);
+    // SAFETY: per the contract; a pointer the check left is named by `free`.
+    unsafe { free(p) }
+}
+
+/// A C free that names the size the block was asked for (C23's
+/// `free_sized`, C++'s sized delete): checked against the block
+/// (`layout`), which must be one that any of `asked` is served with. The
+/// fast path is `free`'s, with the class of `size` compared as in
+/// `free_with_layout` (`asked` lists it).
+///
+/// # Safety
+/// `p` is null or a live block of ours.
+#[cfg(feature = "override")]
+#[inline(always)]
+pub unsafe fn free_sized(p: *mut u8, size: usize, asked: &[Asked]) {
+    if segment::contains(p) {
+        if let Some(scaled) = size_class::scaled_class_of_small_layout(size, 1) {
+            // SAFETY: `p` is inside a mapped segment.
+            if unsafe { fastpath::free_of_class(p, scaled) } {
+                return;
+            }
+        }
+    }
     // SAFETY: per the contract.
+    unsafe { free_asked(p, asked) }
+}
+
+/// Frees `p`, null included, after checking that any of `asked` is served
+/// with it (`layout::check_any`): C's aligned sized frees, and the sized
+/// frees' slow path.
+///
+/// # Safety
+/// `p` is null or a live block of ours.
+#[cfg(feature = "override")]
+#[cold]
+#[inline(never)]
+pub unsafe fn free_asked(p: *mut u8, asked: &[Asked]) {
+    if !p.is_null() {
+        layout::check_any(p, asked);
+    }
+    // SAFETY: per the contract; a pointer the check left is named by `free`.
     unsafe { free(p) }
 }
 
@@ -178,6 +231,24 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
             None => os::fatal("malloc_usable_size of an invalid pointer", p as usize),
         }
     }
+}
+
+/// `realloc` for a caller that gives the block's layout (Rust's
+/// `realloc`, the `Allocator` trait's grow and shrink): checked against
+/// it first (`layout`).
+///
+/// # Safety
+/// `p` is a live block allocated by `alloc(size, align)` or resized to `size`.
+#[inline]
+pub unsafe fn realloc_with_layout(
+    p: *mut u8,
+    size: usize,
+    align: usize,
+    new_size: usize,
+) -> *mut u8 {
+    layout::check(p, size, align);
+    // SAFETY: per the contract.
+    unsafe { realloc(p, align, new_size) }
 }
 
 /// Resizes `p` to `new_size` bytes at `align`: in place when the size class

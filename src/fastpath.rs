@@ -16,7 +16,7 @@ use crate::refill::alloc_slow;
 use crate::remote_free::free_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{double_free, invalid_free, State};
+use crate::slab::{double_free, invalid_free, Slab, State};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
@@ -132,17 +132,54 @@ pub unsafe fn free(p: *mut u8) {
     // SAFETY: `heap` is this thread's heap or a static one; `heap_offset`
     // is a class's, or `NO_SHEAF_OFFSET`.
     let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
+    free_to_class(p, heap, slab, c)
+}
+
+/// `free` of a block whose class the caller has from the size it was
+/// given (Rust's `dealloc`): `scaled`, the class times `CLASS_SCALE`, as
+/// `size_class::scaled_class_by_table` gives it. Frees the block and
+/// returns true if its slab's `heap_offset` is `scaled`; else does nothing
+/// and returns false, for the caller's full check (`layout`): a block of
+/// another class, or of a slab whose frees take the slow path (the heap
+/// profile's, `NO_SHEAF_OFFSET`). The test is a compare on the line the
+/// free reads anyway; the class heap then comes from `scaled`.
+///
+/// # Safety
+/// As for `free`.
+#[inline(always)]
+pub unsafe fn free_of_class(p: *mut u8, scaled: usize) -> bool {
+    let heap = current();
+    // SAFETY: per the contract, `p`'s segment header is mapped.
+    let slab = unsafe { &*slab_of(p) };
+    if slab.heap_offset.get() as usize != scaled {
+        return false;
+    }
+    // SAFETY: `heap` is this thread's heap or a static one; `scaled` is
+    // the slab's `heap_offset`, a class's.
+    let c = unsafe { (*heap).class_at(scaled) };
+    free_to_class(p, heap, slab, c);
+    true
+}
+
+/// The free fast path from the class heap on: `c` is the class heap of
+/// `heap` that `slab`, the slab of `p`, names.
+#[inline(always)]
+fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     // The class heap's address in a register of its own, as `opaque` makes
     // it: else LLVM forms it only for the push, with a `mov` and an `add`
     // (one instruction per free, ci/callgrind.sh).
     // SAFETY: the same reference.
     let c = unsafe { &*(opaque(c as *const ClassHeap as usize) as *const ClassHeap) };
     let len = c.sheaf_len.get();
-    let cap = c.sheaf_cap.get();
-    if len >= cap {
+    if len >= c.sheaf_cap.get() {
         // No sheaf (the 8-byte class, a cold class, debug mode, a static
-        // heap, the heap profile's slabs): the free as before sheaves.
-        if cap == 0 {
+        // heap, the heap profile's slabs): the free as before sheaves. A
+        // class heap without a sheaf has an empty one (its capacity drops
+        // to 0 only while it is empty, `Heap::reset`), a full sheaf holds a
+        // block at least: the length tells them apart, so the capacity is
+        // only compared, not kept in a register.
+        invariant!((len == 0) == (c.sheaf_cap.get() == 0));
+        if len == 0 {
             return free_to_slab(p, heap);
         }
         return free_no_room(p);

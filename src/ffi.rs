@@ -13,9 +13,12 @@ use core::ffi::{c_int, c_void};
 use core::ptr;
 
 use crate::alloc;
+use crate::layout::Asked;
 use crate::os::{self, PAGE_BYTES};
 
-const MIN_ALIGN: usize = 16;
+/// The alignment of `calloc`'s and `realloc`'s blocks, and the least of
+/// the aligned allocations'.
+pub const MIN_ALIGN: usize = 16;
 
 #[inline(always)]
 fn out(p: *mut u8) -> *mut c_void {
@@ -33,6 +36,49 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn free(p: *mut c_void) {
     // SAFETY: per the contract; `alloc::free` accepts null.
     unsafe { alloc::free(p.cast()) }
+}
+
+/// C23's `free_sized`: `size` is what `malloc`, `calloc` (the product) or
+/// `realloc` was asked for; checked against the block (`layout`: a size
+/// the block's class does not serve, or a block of `aligned_alloc` with a
+/// bigger alignment, stops the process). Null does nothing.
+///
+/// # Safety
+/// `p` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn free_sized(p: *mut c_void, size: usize) {
+    // SAFETY: per the contract.
+    unsafe { alloc::free_sized(p.cast(), size, &malloc_family(size)) }
+}
+
+/// C23's `free_aligned_sized`: `align` and `size` are what `aligned_alloc`
+/// was asked for (an alignment that is not a power of two rounded up, as
+/// `aligned_alloc` does; none is above the largest power of two, which
+/// `aligned_alloc` refuses); checked as `free_sized`. Null does nothing.
+///
+/// # Safety
+/// `p` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, align: usize, size: usize) {
+    let align = align.checked_next_power_of_two().unwrap_or(usize::MAX);
+    let asked = [Asked {
+        size,
+        align: align.max(MIN_ALIGN),
+    }];
+    // SAFETY: per the contract.
+    unsafe { alloc::free_asked(p.cast(), &asked) }
+}
+
+/// What a block of `malloc(size)` (8-byte aligned below 16 bytes),
+/// `calloc` or `realloc` (16-byte aligned) may have been asked as.
+pub fn malloc_family(size: usize) -> [Asked; 2] {
+    [
+        Asked { size, align: 1 },
+        Asked {
+            size,
+            align: MIN_ALIGN,
+        },
+    ]
 }
 
 #[no_mangle]

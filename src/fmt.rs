@@ -24,13 +24,22 @@ impl<const N: usize> FixedBuf<N> {
     }
 
     pub fn push_hex(&mut self, v: u64) {
-        let mut digits = [0u8; 16];
+        self.push_radix(v, 16);
+    }
+
+    pub fn push_dec(&mut self, v: u64) {
+        self.push_radix(v, 10);
+    }
+
+    /// `v` in base `radix` (at most 16), most significant digit first.
+    fn push_radix(&mut self, v: u64, radix: u64) {
+        let mut digits = [0u8; 64];
         let mut n = 0;
         let mut x = v;
         loop {
-            digits[n] = b"0123456789abcdef"[(x & 15) as usize];
+            digits[n] = b"0123456789abcdef"[(x % radix) as usize];
             n += 1;
-            x >>= 4;
+            x /= radix;
             if x == 0 {
                 break;
             }

@@ -9,7 +9,7 @@
 use core::ptr;
 
 use crate::counters::raise;
-use crate::large_cache::{Cache, Evicted, Hit};
+use crate::large_cache::{Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
 use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap_block};
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
@@ -229,6 +229,14 @@ impl Table {
     }
 }
 
+/// Whether a mapping of `len` bytes may hold a large block asked for with
+/// `size` bytes: the size fits, and the mapping is no more than
+/// `MAX_MAPPING_PER_REQUEST` times its pages.
+pub fn may_hold(len: usize, size: usize) -> bool {
+    page_round(size)
+        .is_some_and(|need| need <= len && len <= need.saturating_mul(MAX_MAPPING_PER_REQUEST))
+}
+
 fn page_round(size: usize) -> Option<usize> {
     if size > isize::MAX as usize - PAGE_BYTES {
         return None;
@@ -419,6 +427,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             return None;
         }
         if new_len <= e.len && new_len > e.len / 2 {
+            const _: () = assert!(MAX_MAPPING_PER_REQUEST >= 2);
             return Some(p as *mut u8); // fits, and shrinking would not save much
         }
         if new_len > e.len && t.cache.best_fit(new_len).is_some() {

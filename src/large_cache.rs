@@ -49,6 +49,12 @@ const SPLIT_MIN_BYTES: usize = 1 << 20;
 /// Smaller cached mappings are not grown for a request (a fresh mapping, the
 /// piece kept): `big_blocks 16000` moved one for 37% of its replacements.
 const GROW_MIN_BYTES: usize = 1 << 20;
+/// A large block's mapping is at most this many times the pages of the
+/// size it was asked for, or last resized to: a cached mapping taken whole
+/// for a smaller request (`Cache::take`) or kept by a realloc that shrinks
+/// it (`large::realloc`, at most twice) has spare pages, never more
+/// (`large::may_hold` relies on it).
+pub const MAX_MAPPING_PER_REQUEST: usize = 4;
 const CACHE_MIN_BYTES: usize = 64 << 20;
 const CACHE_MAX_BYTES: usize = 1 << 30;
 
@@ -112,7 +118,8 @@ impl Cache {
             Some(i) => {
                 let c = self.slots[i];
                 let spare = c.len - len;
-                let whole = spare <= len / 8 || (spare < SPLIT_MIN_BYTES && c.len <= 4 * len);
+                let whole = spare <= len / 8
+                    || (spare < SPLIT_MIN_BYTES && c.len <= MAX_MAPPING_PER_REQUEST * len);
                 if !whole {
                     self.slots[i].base += len;
                     self.slots[i].len -= len;

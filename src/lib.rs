@@ -98,6 +98,10 @@ mod anchor;
 mod background;
 mod barn;
 mod counters;
+// The C++ ABI's names of `operator delete`.
+#[cfg(feature = "override")]
+#[allow(non_snake_case)]
+mod cxx;
 mod debug;
 mod fastpath;
 #[cfg(feature = "override")]
@@ -113,6 +117,7 @@ mod heap_start;
 mod large;
 mod large_cache;
 mod large_map;
+mod layout;
 mod list;
 #[cfg(feature = "nightly")]
 mod nightly;
@@ -174,7 +179,7 @@ unsafe impl GlobalAlloc for SlubMalloc {
     #[cfg_attr(not(feature = "override"), inline)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller passes a live block allocated with `layout`.
-        unsafe { alloc::realloc(ptr, layout.align(), new_size) }
+        unsafe { alloc::realloc_with_layout(ptr, layout.size(), layout.align(), new_size) }
     }
 }
 

@@ -66,9 +66,11 @@ impl SlubMalloc {
             return Ok(empty(new));
         }
         if old.align() == new.align() {
-            // SAFETY: a live block allocated at this alignment; on failure
-            // (null) it stays intact, as the trait requires.
-            return block(unsafe { alloc::realloc(p.as_ptr(), old.align(), new.size()) });
+            // SAFETY: a live block of `old`, checked against it; on
+            // failure (null) it stays intact, as the trait requires.
+            return block(unsafe {
+                alloc::realloc_with_layout(p.as_ptr(), old.size(), old.align(), new.size())
+            });
         }
         let q = self.allocate(new)?;
         // SAFETY: both blocks are live and hold the bytes copied; the old
@@ -110,7 +112,7 @@ unsafe impl Allocator for SlubMalloc {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         if layout.size() != 0 {
             // SAFETY: a live block of ours; any size between the request
-            // and the usable length tells slab from large block the same way.
+            // and the usable length passes the layout's check (`layout`).
             unsafe { alloc::free_with_layout(ptr.as_ptr(), layout.size(), layout.align()) }
         }
     }

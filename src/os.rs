@@ -338,11 +338,25 @@ pub fn open_named_file(path: &core::ffi::CStr, existing: Existing, mode: u32) ->
 #[cold]
 #[inline(never)]
 pub fn fatal(what: &str, addr: usize) -> ! {
-    let mut buf = crate::fmt::FixedBuf::<160>::new();
+    fatal_with(what, addr, &[])
+}
+
+/// `fatal`, with numbers after the address, each after its name:
+/// `(address 0x..., size 64, align 8)`.
+#[cold]
+#[inline(never)]
+pub fn fatal_with(what: &str, addr: usize, numbers: &[(&str, u64)]) -> ! {
+    let mut buf = crate::fmt::FixedBuf::<200>::new();
     buf.push_str("slubmalloc: ");
     buf.push_str(what);
     buf.push_str(" (address 0x");
     buf.push_hex(addr as u64);
+    for &(name, n) in numbers {
+        buf.push_str(", ");
+        buf.push_str(name);
+        buf.push_str(" ");
+        buf.push_dec(n);
+    }
     buf.push_str(")\n");
     write_all(2, buf.as_bytes());
     // SAFETY: abort has no preconditions and does not return.

@@ -175,6 +175,21 @@ pub fn scaled_class_by_table(size: usize) -> usize {
     LOOKUP_SCALED[size] as usize
 }
 
+/// For a layout of `size` bytes at `align` (a power of two) whose sum is at
+/// most `LOOKUP_MAX + 1`: `scaled_class_by_table(size)`; else None. The
+/// class of the size alone: the caller compares it with a block's, which
+/// an alignment above 16 may have moved to another class (`class_for`).
+#[inline(always)]
+pub fn scaled_class_of_small_layout(size: usize, align: usize) -> Option<usize> {
+    if size + align <= LOOKUP_MAX + 1 {
+        invariant!(align != 0);
+        // SAFETY: an alignment is at least 1, so `size <= LOOKUP_MAX`.
+        Some(unsafe { *LOOKUP_SCALED.get_unchecked(size) } as usize)
+    } else {
+        None
+    }
+}
+
 const fn scaled_table() -> [u16; LOOKUP_MAX + 1] {
     let classes = lookup_table();
     let mut t = [0u16; LOOKUP_MAX + 1];

@@ -26,6 +26,7 @@ mod alloc_basic;
 mod anchor;
 mod errno_kept;
 mod heap_profile;
+mod layout_check;
 mod memory_lifecycle;
 mod random_ops;
 mod shared_slabs;
@@ -55,6 +56,15 @@ fn fresh_process() -> Option<()> {
         );
         return Some(());
     }
+    run_in_fresh_process(name, &[]);
+    None
+}
+
+/// Runs the test `name` alone in a new process of this binary, with `env`
+/// added to its environment (its `fresh_process` returns Some there), and
+/// fails if it fails. A test runs another's body in another mode this way
+/// (`SLUBMALLOC_DEBUG=1`, the heap profile).
+fn run_in_fresh_process(name: &str, env: &[(&str, &str)]) {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     // A test that failed poisoned the lock; the next one still runs.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -62,6 +72,7 @@ fn fresh_process() -> Option<()> {
     let out = Command::new(exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_VAR, name)
+        .envs(env.iter().copied())
         .output()
         .expect("start the test binary again");
     let (stdout, stderr) = (
@@ -70,9 +81,8 @@ fn fresh_process() -> Option<()> {
     );
     assert!(
         out.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "{name} in its own process: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        "{name} in its own process (env {env:?}): {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         out.status
     );
     print!("{stdout}");
-    None
 }

@@ -99,13 +99,28 @@ pub(super) mod coverage {
 // Misuse: the process must stop with the project's message.
 
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Misuse {
+pub enum Misuse {
     DoubleFreeSmall,
     DoubleFreeLarge,
     InteriorPointer,
     MadeUpPointer,
     StackPointer,
     CorruptedLink,
+    /// A small block freed with a smaller size of another class.
+    DeallocSmallerSize,
+    /// A small block freed with a bigger size of another class.
+    DeallocBiggerSize,
+    /// A large block freed with a small size.
+    LargeDeallocAsSmall,
+    /// A large block freed with a quarter or twice its size.
+    LargeDeallocWithAnotherLargeSize,
+    /// A small block freed with a large size.
+    SmallDeallocAsLarge,
+    /// A small block freed with an alignment of a page, a large one with
+    /// twice its address's.
+    DeallocWithAnAlignmentItLacks,
+    /// A realloc given a bigger old size of another class.
+    ReallocWithTheWrongLayout,
     /// Debug mode only.
     Overflow,
     /// Debug mode only.
@@ -120,6 +135,13 @@ impl Misuse {
                 &["invalid pointer"]
             }
             Misuse::CorruptedLink | Misuse::WriteAfterFree => &["corrupted", "write after free"],
+            Misuse::DeallocSmallerSize
+            | Misuse::DeallocBiggerSize
+            | Misuse::LargeDeallocAsSmall
+            | Misuse::LargeDeallocWithAnotherLargeSize
+            | Misuse::SmallDeallocAsLarge
+            | Misuse::DeallocWithAnAlignmentItLacks
+            | Misuse::ReallocWithTheWrongLayout => &["dealloc with the wrong layout"],
             Misuse::Overflow => &["overflow", "red zone"],
         }
     }
@@ -171,21 +193,32 @@ pub fn check_every_misuse(size: usize) -> usize {
 
 /// The misuses this mode stops: the debug mode's two come last.
 pub(super) fn misuses() -> &'static [Misuse] {
-    const ALL: [Misuse; 8] = [
+    const ALL: [Misuse; 15] = [
         Misuse::DoubleFreeSmall,
         Misuse::DoubleFreeLarge,
         Misuse::InteriorPointer,
         Misuse::MadeUpPointer,
         Misuse::StackPointer,
         Misuse::CorruptedLink,
+        Misuse::DeallocSmallerSize,
+        Misuse::DeallocBiggerSize,
+        Misuse::LargeDeallocAsSmall,
+        Misuse::LargeDeallocWithAnotherLargeSize,
+        Misuse::SmallDeallocAsLarge,
+        Misuse::DeallocWithAnAlignmentItLacks,
+        Misuse::ReallocWithTheWrongLayout,
         Misuse::Overflow,
         Misuse::WriteAfterFree,
     ];
-    &ALL[..if mode().debug { 8 } else { 6 }]
+    &ALL[..if mode().debug {
+        ALL.len()
+    } else {
+        ALL.len() - 2
+    }]
 }
 
 /// Whether the misuse met the allocator (and was stopped as it must be).
-pub(super) fn misuse_of(m: Misuse, size: usize) -> bool {
+pub fn misuse_of(m: Misuse, size: usize) -> bool {
     let small = 16 + size % 1000;
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for two descriptors.
@@ -344,6 +377,75 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             // never met the allocator, and the child says so with exit
             // code 3.
             until_reused(b, small);
+        }
+        Misuse::DeallocSmallerSize | Misuse::DeallocBiggerSize => {
+            let a = raw_alloc(small, 8);
+            announce(a as usize, a as usize);
+            // A quarter of the size, or twice it and more, is served from
+            // another class (in debug mode too, whose slots are 9 bytes
+            // bigger).
+            let wrong = match m {
+                Misuse::DeallocSmallerSize => small / 4,
+                _ => 2 * small + 64,
+            };
+            // SAFETY: none: the wrong size is the misuse.
+            unsafe { raw_free(a, wrong, 8) };
+        }
+        Misuse::LargeDeallocAsSmall => {
+            // About 1 MiB freed with a small size; or a block just above
+            // the largest class freed with that class's size, which its
+            // mapping holds: only the size's class tells.
+            let (n, wrong) = if size % 2 == 0 {
+                (8 * (MAX_SMALL_BYTES + 1) + size % (1 << 20), small)
+            } else {
+                (MAX_SMALL_BYTES + 1 + size % 4000, MAX_SMALL_BYTES - 16)
+            };
+            let a = raw_alloc(n, 8);
+            announce(a as usize, a as usize);
+            // SAFETY: none: the wrong size is the misuse.
+            unsafe { raw_free(a, wrong, 8) };
+        }
+        Misuse::LargeDeallocWithAnotherLargeSize => {
+            let n = 8 * (MAX_SMALL_BYTES + 1) + size % (1 << 20);
+            let a = raw_alloc(n, 8);
+            announce(a as usize, a as usize);
+            // A quarter of the size (and a page less), or twice it.
+            let wrong = if size % 2 == 0 { n / 4 - 4096 } else { 2 * n };
+            // SAFETY: none: the wrong size is the misuse.
+            unsafe { raw_free(a, wrong, 8) };
+        }
+        Misuse::SmallDeallocAsLarge => {
+            let a = raw_alloc(small, 8);
+            announce(a as usize, a as usize);
+            // SAFETY: none: the large size is the misuse.
+            unsafe { raw_free(a, MAX_SMALL_BYTES + 1 + size % (1 << 20), 8) };
+        }
+        Misuse::DeallocWithAnAlignmentItLacks => {
+            // A small block with a page's alignment (a block of it would
+            // come from the 4 KiB class), or a large one with twice the
+            // alignment its address has.
+            let n = if size % 2 == 0 {
+                small
+            } else {
+                MAX_SMALL_BYTES + 1 + size % (1 << 20)
+            };
+            let a = raw_alloc(n, 8);
+            announce(a as usize, a as usize);
+            let align = if size % 2 == 0 {
+                4096
+            } else {
+                2 << (a as usize).trailing_zeros()
+            };
+            // SAFETY: none: the alignment is the misuse.
+            unsafe { raw_free(a, n, align) };
+        }
+        Misuse::ReallocWithTheWrongLayout => {
+            let a = raw_alloc(small, 8);
+            announce(a as usize, a as usize);
+            let wrong = Layout::from_size_align(2 * small + 64, 8).unwrap();
+            // SAFETY: none: the old layout is the misuse.
+            let q = unsafe { SlubMalloc.realloc(a, wrong, 4 * small) };
+            std::hint::black_box(q);
         }
         Misuse::Overflow => {
             let a = raw_alloc(small, 8);

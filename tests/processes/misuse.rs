@@ -18,11 +18,15 @@
 //! heap profile live in slabs of their own, whose frees are checked too. The
 //! controls: a correct multithreaded program is not stopped, and blocks
 //! that come back off the free lists can be freed unwritten by any thread.
+//!
+//! Frees that name the block's size (C23's `free_sized`, C++'s sized
+//! deletes) run programs of their own (`sized_free.c`, `sized_delete.cpp`,
+//! and two programs that replace `operator new`), in a section below.
 
 use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -584,6 +588,101 @@ fn debug_mode_stops_a_write_after_free_on_reuse() {
 }
 
 // ---------------------------------------------------------------------------
+// Frees that name the block's size: C23's `free_sized` and
+// `free_aligned_sized` (`tests/c/sized_free.c`), C++'s sized and aligned
+// deletes (`tests/c/sized_delete.cpp`), checked as Rust's `dealloc` is
+// (`src/layout.rs`). Each program's header lists its cases; a wrong case
+// prints the block's address, then frees it.
+
+const WRONG_LAYOUT: &[&str] = &["dealloc with the wrong layout"];
+
+/// Runs `exe case` preloaded, for each of `cases`, in the default mode and
+/// in debug mode, and expects each stopped for a wrong layout, naming the
+/// address it printed.
+fn sized_frees_stopped(exe: &Path, cases: &[&str]) {
+    for env in [&[][..], DEBUG] {
+        for case in cases {
+            let o = common::run_guarded(exe, &[case], true, env, LIMIT);
+            let addr = printed_address(&o);
+            let what = format!("{} {case} (env {env:?})", exe.display());
+            assert_stopped(&what, &o, WRONG_LAYOUT, addr, addr);
+        }
+    }
+}
+
+#[test]
+fn c_free_sized_with_a_size_the_block_was_not_asked_for_is_stopped() {
+    let cases = [
+        "smaller",
+        "bigger",
+        "large_as_small",
+        "small_as_large",
+        "aligned_as_plain",
+    ];
+    sized_frees_stopped(&common::compile_c("sized_free", &[]), &cases);
+}
+
+#[test]
+fn c_free_aligned_sized_with_an_alignment_the_block_lacks_is_stopped() {
+    sized_frees_stopped(&common::compile_c("sized_free", &[]), &["wrong_alignment"]);
+}
+
+#[test]
+fn cxx_sized_delete_with_a_size_or_alignment_the_block_lacks_is_stopped() {
+    let cases = [
+        "smaller",
+        "bigger",
+        "array_bigger",
+        "large_as_small",
+        "aligned_wrong",
+        "aligned_bigger",
+    ];
+    sized_frees_stopped(&common::compile_cxx("sized_delete"), &cases);
+}
+
+/// `exe right` (every size, alignment and way of allocating) is not
+/// stopped, in every mode.
+fn right_sizes_not_stopped(exe: &Path) {
+    for env in [&[][..], DEBUG, PROFILE_EVERY_BLOCK] {
+        let o = common::run_guarded(exe, &["right"], true, env, LIMIT);
+        assert_not_stopped(&format!("{} right (env {env:?})", exe.display()), &o);
+    }
+}
+
+#[test]
+fn c_sized_frees_of_the_size_asked_for_are_not_stopped() {
+    right_sizes_not_stopped(&common::compile_c("sized_free", &[]));
+}
+
+#[test]
+fn cxx_deletes_of_the_size_asked_for_are_not_stopped() {
+    right_sizes_not_stopped(&common::compile_cxx("sized_delete"));
+}
+
+#[test]
+fn a_cxx_program_that_replaces_operator_new_and_delete_keeps_them() {
+    // Its sized and array deletes, the C++ library's until now, are found
+    // in the preload library first: they must lead to its own.
+    program_of_its_own_operators_is_not_stopped("replaced_new_delete");
+}
+
+#[test]
+fn a_cxx_program_that_replaces_operator_new_alone_is_not_stopped_by_its_sized_deletes() {
+    // Its `operator new` asks `malloc` for more than the size its deletes
+    // name: with a replaced `operator new`, the sizes are not checked.
+    program_of_its_own_operators_is_not_stopped("replaced_new");
+}
+
+/// The C++ program `name` runs preloaded as it runs on glibc, in the
+/// default mode and in debug mode.
+fn program_of_its_own_operators_is_not_stopped(name: &str) {
+    let exe = common::compile_cxx(name);
+    for env in [&[][..], DEBUG] {
+        correct_program_is_not_stopped(&exe, env);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Controls: no misuse, no message
 
 /// Asserts `o` exited 0 after "survived", the allocator silent.
@@ -613,15 +712,14 @@ fn blocks_reused_off_the_free_lists_and_freed_unwritten_are_not_taken_for_double
 
 /// A correct program is not stopped, prints what it prints without the
 /// preload, and the allocator says nothing.
-fn correct_program_is_not_stopped(env: &[(&str, &str)]) {
-    let exe = program("misuse_none_threads");
-    let plain = common::run_plain(&exe, &[]);
+fn correct_program_is_not_stopped(exe: &Path, env: &[(&str, &str)]) {
+    let plain = common::run_plain(exe, &[]);
     assert!(
         plain.status.success(),
         "without the preload\n{}",
         common::describe(&plain)
     );
-    let o = common::run_guarded(&exe, &[], true, env, LIMIT);
+    let o = common::run_guarded(exe, &[], true, env, LIMIT);
     assert!(o.status.success(), "preloaded\n{}", common::describe(&o));
     assert_eq!(common::stdout(&o), common::stdout(&plain));
     // No complaint, and (debug mode) no "unknown variable" warning either:
@@ -635,10 +733,10 @@ fn correct_program_is_not_stopped(env: &[(&str, &str)]) {
 
 #[test]
 fn correct_multithreaded_program_is_not_stopped() {
-    correct_program_is_not_stopped(&[]);
+    correct_program_is_not_stopped(&program("misuse_none_threads"), &[]);
 }
 
 #[test]
 fn debug_mode_leaves_a_correct_multithreaded_program_unchanged() {
-    correct_program_is_not_stopped(DEBUG);
+    correct_program_is_not_stopped(&program("misuse_none_threads"), DEBUG);
 }

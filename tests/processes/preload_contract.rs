@@ -447,8 +447,10 @@ fn the_preload_library_loads_no_library_but_libc_the_loader_and_the_unwinder() {
     assert!(libraries.iter().all(allowed), "{libraries:?}");
 }
 
-/// The preload library exports the C malloc family and its own
-/// `slubmalloc_` symbols, nothing else. Built without std it defines
+/// The preload library exports the C malloc family (with C23's sized
+/// frees and C++'s `operator delete` forms) and its own `slubmalloc_`
+/// symbols, nothing else: not `operator new`, which must throw
+/// `std::bad_alloc`, so stays the C++ library's. Built without std it defines
 /// `rust_eh_personality` (core's unwind tables name it, `src/preload.rs`);
 /// exported, it would take the place of a program's own, whose unwinding
 /// it cannot do.
@@ -480,6 +482,19 @@ fn the_preload_library_exports_the_malloc_family_and_its_own_symbols_only() {
         "__libc_valloc",
         "__libc_pvalloc",
         "__posix_memalign",
+        // C23's sized frees.
+        "free_sized",
+        "free_aligned_sized",
+        // C++'s `operator delete`, unsized and sized, plain and aligned,
+        // single and array (`src/cxx.rs`).
+        "_ZdlPv",
+        "_ZdaPv",
+        "_ZdlPvm",
+        "_ZdaPvm",
+        "_ZdlPvSt11align_val_t",
+        "_ZdaPvSt11align_val_t",
+        "_ZdlPvmSt11align_val_t",
+        "_ZdaPvmSt11align_val_t",
     ];
     let out = std::process::Command::new("nm")
         .args(["-D", "--defined-only"])
