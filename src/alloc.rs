@@ -125,18 +125,19 @@ pub unsafe fn free(p: *mut u8) {
 /// not a page's start, takes the free fast path with one compare more: the
 /// size's class against the block's slab's (`fastpath::free_of_class`).
 /// Everything else takes `free_checked`: the other sizes and alignments,
-/// a block of another class or a sampled one, and any block at a page's
-/// start, as every large block is: the fast path reads the slab header of
-/// the block's segment, which a large block does not have, and an
-/// address outside every segment may not be mapped (the segment map tells
-/// those apart, a few instructions more than the page test).
+/// a block of another class or a sampled one, and a block at a page's
+/// start outside every segment, as every large block is: the fast path
+/// reads the slab header of the block's segment, which a large block does
+/// not have, and an address outside every segment may not be mapped. The
+/// page test keeps the segment map's look-up (a few instructions more) to
+/// the blocks at a page's start, which a small class has few of.
 ///
 /// # Safety
 /// `p` is a live block allocated by `alloc(size, align)` or resized to `size`.
 #[inline(always)]
 pub unsafe fn free_with_layout(p: *mut u8, size: usize, align: usize) {
     if let Some(scaled) = size_class::scaled_class_of_small_layout(size, align) {
-        if p as usize & (os::PAGE_BYTES - 1) != 0 {
+        if p as usize & (os::PAGE_BYTES - 1) != 0 || segment::contains(p) {
             // SAFETY: a block of such a layout is in a slab, so in a mapped
             // segment; `free_of_class` reads its segment header and checks
             // the class. A pointer that is not ours is the caller's breach.
