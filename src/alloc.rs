@@ -4,16 +4,23 @@
 
 use core::ptr;
 
+use crate::background;
+use crate::debug;
 use crate::fastpath;
+use crate::free;
+use crate::heap;
+use crate::heap_start;
 use crate::large::{self, Freed};
 use crate::layout;
 #[cfg(feature = "override")]
 use crate::layout::Asked;
+use crate::node;
 use crate::os;
 use crate::prof::sample;
 use crate::release;
 use crate::segment;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
+use crate::tls;
 
 /// `malloc(size)`: 16-byte aligned from 16 bytes up, 8-byte below.
 #[inline(always)]
@@ -92,11 +99,11 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 /// instructions).
 #[inline(never)]
 fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
-    crate::background::start_if_wanted();
+    background::start_if_wanted();
     let p = large::alloc(size, align, zero);
     if !p.is_null() {
-        if crate::tls::current() == crate::heap::EMPTY && sample::enabled() {
-            crate::heap_start::create_heap();
+        if tls::current() == heap::EMPTY && sample::enabled() {
+            heap_start::create_heap();
         }
         sample::count_large(p, size, alloc_large as *const () as usize);
     }
@@ -264,7 +271,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     let old_size = if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
         let class = unsafe { fastpath::class_of_ptr(p) };
-        if crate::debug::enabled() {
+        if debug::enabled() {
             // SAFETY: as above; the red zone moves with the size, so no in-place.
             unsafe { fastpath::usable_size(p) }
         } else if class_for(new_size, align) == Some(class) {
@@ -300,9 +307,9 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 /// node lists, their empty slabs to their segments, free slabs and cached
 /// large blocks to the kernel.
 pub fn trim() {
-    crate::free::flush_current();
+    free::flush_current();
     release::flush_current();
-    crate::node::release_empty_slabs();
+    node::release_empty_slabs();
     segment::purge_now();
     large::purge_cache(u64::MAX);
 }

@@ -13,8 +13,13 @@ use core::ffi::{c_int, c_void};
 use core::ptr;
 
 use crate::alloc;
+use crate::counters;
+use crate::glibc_info;
 use crate::layout::Asked;
+use crate::options;
 use crate::os::{self, PAGE_BYTES};
+use crate::report;
+use crate::walk;
 
 /// The alignment of `calloc`'s and `realloc`'s blocks, and the least of
 /// the aligned allocations'.
@@ -213,7 +218,7 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
 /// Returns 1 if memory went back to the kernel, as glibc does.
 #[no_mangle]
 pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
-    let g = crate::counters::global();
+    let g = counters::global();
     let released = || {
         (
             crate::os::PURGES.load(core::sync::atomic::Ordering::Relaxed),
@@ -229,14 +234,14 @@ pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn malloc_stats() {
-    crate::report::write_report(crate::options::StatsMode::Text, 2);
+    report::write_report(options::StatsMode::Text, 2);
 }
 
 /// glibc's mallinfo2 from slubmalloc's counters (`glibc_info::MallInfo`
 /// says which field means what).
 #[no_mangle]
 pub extern "C" fn mallinfo2() -> libc::mallinfo2 {
-    let m = crate::glibc_info::mallinfo();
+    let m = glibc_info::mallinfo();
     let z = |v: u64| v as usize;
     libc::mallinfo2 {
         arena: z(m.arena),
@@ -256,7 +261,7 @@ pub extern "C" fn mallinfo2() -> libc::mallinfo2 {
 /// 3 GiB in mmapped blocks reads as hblkhd -1073729536 there).
 #[no_mangle]
 pub extern "C" fn mallinfo() -> libc::mallinfo {
-    let m = crate::glibc_info::mallinfo();
+    let m = glibc_info::mallinfo();
     let i = |v: u64| v.min(c_int::MAX as u64) as c_int;
     libc::mallinfo {
         arena: i(m.arena),
@@ -299,7 +304,7 @@ pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_i
     if options != 0 {
         return libc::EINVAL;
     }
-    let _ = crate::glibc_info::write_malloc_info(&mut FileWriter(fp));
+    let _ = glibc_info::write_malloc_info(&mut FileWriter(fp));
     0
 }
 
@@ -363,5 +368,5 @@ pub unsafe extern "C" fn __posix_memalign(
 /// be quiescent. For tests and curious users; not part of the C standard.
 #[no_mangle]
 pub extern "C" fn slubmalloc_check_stats() -> c_int {
-    crate::walk::check_stats() as c_int
+    walk::check_stats() as c_int
 }

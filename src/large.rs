@@ -11,7 +11,10 @@ use core::ptr;
 use crate::counters::raise;
 use crate::large_cache::{Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
 use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap_block};
+use crate::options;
 use crate::os::{self, PAGE_BYTES};
+use crate::purge;
+use crate::size_class;
 use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
 
 /// Recently freed addresses, to name a second free "double free".
@@ -89,7 +92,7 @@ impl Table {
     /// Whether the freed mapping of `len` bytes is to be made inaccessible,
     /// raising the bound as glibc raises its threshold. Lock held.
     fn protect_on_free(&mut self, len: usize) -> bool {
-        if !crate::options::get().protect_freed_large || len <= self.protect_above {
+        if !options::get().protect_freed_large || len <= self.protect_above {
             return false;
         }
         if len <= PROTECT_ABOVE_MAX {
@@ -276,7 +279,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             // Cost for a protected piece: one mprotect, which rewrites its
             // page table entries (README, "Memory", has the numbers).
             if !protected || os::protect(base as *mut u8, l, true) {
-                crate::purge::count_taken(l as u64, false);
+                purge::count_taken(l as u64, false);
                 if zero {
                     // SAFETY: the cached mapping is ours, accessible now, and
                     // at least `size` long.
@@ -362,7 +365,7 @@ pub fn free(p: *mut u8) -> Freed {
         Ok(e) => e,
         Err(r) => return r,
     };
-    let now = crate::purge::now_ns();
+    let now = purge::now_ns();
     let mut evicted = Evicted::new();
     if !protect || os::protect(e.base as *mut u8, e.len, false) {
         LARGE.with(|t| t.cache.keep(e.base, e.len, protect, now, &mut evicted));
@@ -372,7 +375,7 @@ pub fn free(p: *mut u8) -> Freed {
         evicted.push(e.base, e.len);
     }
     evicted.unmap_all(false);
-    crate::purge::schedule(now);
+    purge::schedule(now);
     Freed::Ok
 }
 
@@ -381,7 +384,7 @@ pub fn free(p: *mut u8) -> Freed {
 /// still inaccessible, and is not counted as a hit.
 #[cold]
 fn uncache_failed(base: usize) {
-    let now = crate::purge::now_ns();
+    let now = purge::now_ns();
     let mut evicted = Evicted::new();
     LARGE.with(|t| {
         let i = t.find(base);
@@ -412,7 +415,7 @@ pub fn usable_size(p: *mut u8) -> Option<usize> {
 /// allocate, copy and free (new size small, or an over-aligned block).
 /// Some(null): out of memory, the old block is intact.
 pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
-    if new_size <= crate::size_class::MAX_SMALL_BYTES {
+    if new_size <= size_class::MAX_SMALL_BYTES {
         return None;
     }
     let Some(new_len) = page_round(new_size) else {

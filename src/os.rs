@@ -13,6 +13,7 @@ use core::ptr;
 // Core's atomics, not `sync`'s: these counters are statistics no protocol
 // depends on, so the model check need not swap them, and `sync` (whose
 // lock and invariants call `fatal` and `ErrnoGuard`) stays above `os`.
+use crate::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Mappings made, ranges purged (MADV_DONTNEED), and bytes given back by
@@ -346,7 +347,7 @@ pub fn fatal(what: &str, addr: usize) -> ! {
 #[cold]
 #[inline(never)]
 pub fn fatal_with(what: &str, addr: usize, numbers: &[(&str, u64)]) -> ! {
-    let mut buf = crate::fmt::FixedBuf::<200>::new();
+    let mut buf = fmt::FixedBuf::<200>::new();
     buf.push_str("slubmalloc: ");
     buf.push_str(what);
     buf.push_str(" (address 0x");
