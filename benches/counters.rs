@@ -9,7 +9,7 @@
 //!   to a second thread that frees them (remote frees, the slow paths).
 //!
 //! A cfg cannot change inside one binary, so the comparison in one run is
-//! `ci/measure.py --build bench:counters` (the README has the line): it
+//! `ci/measure.py --build bench:counters` (bench/report/HISTORY.md has the line): it
 //! builds this bench for both variants, runs the two binaries interleaved
 //! in raw mode (`counters --raw LOAD N`, which prints one timing line
 //! instead of running criterion), then counts instructions of both under

@@ -48,7 +48,7 @@ Other options: -e NAME=VALUE (every run's environment), --size (default full),
 --threads (default nproc), --timeout S (per run, default 180), --csv FILE (the
 raw runs), --label TEXT (the table's title).
 
-Examples (the measurements behind the README):
+Examples (the measurements behind bench/report/HISTORY.md):
   ci/measure.py -r 7 HEAD~1 HEAD tcmalloc -- {bin}/larson 2 10000 200000 20 16 1024
   ci/measure.py -r 5 --workloads fastpath,python,sqlite . .+slubmalloc_bench_no_checks
   ci/measure.py -r 0 --callgrind 200000 --workloads fastpath . .+slubmalloc_bench_no_checks

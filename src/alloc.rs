@@ -48,8 +48,8 @@ fn malloc_above_table(size: usize) -> *mut u8 {
 pub fn alloc(size: usize, align: usize) -> *mut u8 {
     // The common case: every class is 8-byte aligned, so up to that
     // alignment `malloc`'s choice serves, for one compare more (testing
-    // `size.max(align)` and the alignment cost `__rust_alloc` six more
-    // instructions, a push among them: ci/callgrind.sh, 39 -> 33).
+    // `size.max(align)` and the alignment cost `__rust_alloc` more
+    // instructions, a push among them: `ci/callgrind.sh`).
     if align <= 8 {
         malloc(size)
     } else {
@@ -95,8 +95,7 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 /// blocks are large gets its heap (and countdown) now when profiling. No
 /// allocator lock is held here, so the background purger may start
 /// (`background`). Out of line: inlined, it made `__rust_alloc` save
-/// registers on the fast path (ci/callgrind.sh: Rust pair 91 -> 95
-/// instructions).
+/// registers on the fast path (`ci/callgrind.sh`'s Rust pair).
 #[inline(never)]
 fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
     background::start_if_wanted();

@@ -71,7 +71,7 @@ fn start() {
 
 /// Once the program is down to one thread, the purger still keeps a
 /// deadline this close (what the other threads freed before they exited,
-/// with the default delay of 100 ms), then leaves; a later one is left to
+/// at the default purge delay), then leaves; a later one is left to
 /// the next slow path and to the trim bound.
 const LAST_PURGE_WAIT_NS: u64 = 1_000_000_000;
 

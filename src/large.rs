@@ -80,9 +80,9 @@ fn add(c: &AtomicU64, n: u64) {
 /// mapping is longer than `protect_above` is made inaccessible and raises
 /// it; one no longer is cached as it is. A program's first use after free
 /// of a big block faults as under glibc, and a loop of big blocks pays two
-/// mprotects only until it has freed its biggest size (`big_blocks 1000`:
-/// 37x the CPU time when every freed block was protected, README
-/// "Memory").
+/// mprotects only until it has freed its biggest size (protecting every
+/// freed block cost `big_blocks` many times its time:
+/// bench/report/HISTORY.md).
 const PROTECT_ABOVE_START: usize = 128 << 10;
 /// glibc's most for its threshold on 64-bit (`DEFAULT_MMAP_THRESHOLD_MAX`):
 /// a freed block above it is always protected.
@@ -277,7 +277,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
         }
         Ok(Some(Hit::Fits(base, l, protected))) => {
             // Cost for a protected piece: one mprotect, which rewrites its
-            // page table entries (README, "Memory", has the numbers).
+            // page table entries (bench/report/HISTORY.md has the numbers).
             if !protected || os::protect(base as *mut u8, l, true) {
                 purge::count_taken(l as u64, false);
                 if zero {

@@ -31,23 +31,22 @@ use crate::sync::Ordering;
 /// bounds. For 20 live blocks of 5-25 MiB replaced one at a time
 /// (`benches/c/large_replace.c`), a quarter of the live bytes held the
 /// block just freed and the pieces of its predecessors, but evicted the
-/// pieces a later request would have fitted: half took 0.66x the time and
-/// 0.6x the page faults, for 2% more peak resident memory
-/// (bench/report/HISTORY.md).
+/// pieces a later request would have fitted; half keeps them for a little
+/// more resident memory (bench/report/HISTORY.md).
 pub const CACHE_SLOTS: usize = 32;
 // `best_cached` keeps a slot's index in the low bits of a page count.
 const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES);
 /// A cached mapping is split for a smaller request only when the part left
 /// over is at least this big (or the mapping is over four times the
 /// request): splitting the small ones fragmented the cache into pieces no
-/// request fits. Measured when blocks over 32 KiB were large blocks, on
-/// `benches/c/stress.c` (random sizes to 64 KiB on four threads): 0.50 s
-/// and 15,000 mmaps with every split, 0.25 s and 2,900 mmaps with this
-/// bound. (Those sizes now come from slabs; the bound still keeps the
-/// cache from fragmenting under any mix of sizes near each other.)
+/// request fits, and every request then mapped afresh (`benches/c/stress.c`,
+/// when blocks over 32 KiB were large; those sizes now come from slabs, and
+/// the bound still keeps the cache from fragmenting under any mix of sizes
+/// near each other).
 const SPLIT_MIN_BYTES: usize = 1 << 20;
 /// Smaller cached mappings are not grown for a request (a fresh mapping, the
-/// piece kept): `big_blocks 16000` moved one for 37% of its replacements.
+/// piece kept): `big_blocks` with many blocks live moved one for a third of
+/// its replacements.
 const GROW_MIN_BYTES: usize = 1 << 20;
 /// A large block's mapping is at most this many times the pages of the
 /// size it was asked for, or last resized to: a cached mapping taken whole

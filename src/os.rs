@@ -112,7 +112,7 @@ pub fn unmap(p: *mut u8, bytes: usize) {
 /// kernel take them only under memory pressure: until then they stay in the
 /// resident size, so a program that frees and goes idle keeps its peak, and
 /// a page touched again comes back without a fault. Measured on the memory
-/// shapes of `benches/c` (README, "Memory").
+/// shapes of `benches/c` (bench/report/HISTORY.md).
 #[cfg(not(slubmalloc_bench_madv_free))]
 const PURGE_ADVICE: libc::c_int = libc::MADV_DONTNEED;
 #[cfg(slubmalloc_bench_madv_free)]
