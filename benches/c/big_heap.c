@@ -68,26 +68,18 @@ int main(int argc, char **argv) {
                 blocks[i] = NULL;
             }
         }
-        for (size_t i = 0; i < n; i++) {
-            if (blocks[i] == NULL) {
-                char *p = malloc(40);
-                if (!p)
-                    abort();
-                memset(p, (int)i, 40);
-                blocks[i] = p;
-                churned++;
-            }
-        }
-    } else {
-        for (size_t i = 0; i < n; i += 2) {
+    }
+    for (size_t i = 0; i < n; i += emptied ? 1 : 2) {
+        if (emptied && blocks[i] != NULL)
+            continue;
+        if (!emptied)
             free(blocks[i]);
-            char *p = malloc(40);
-            if (!p)
-                abort();
-            memset(p, (int)i, 40);
-            blocks[i] = p;
-            churned++;
-        }
+        char *p = malloc(40);
+        if (!p)
+            abort();
+        memset(p, (int)i, 40);
+        blocks[i] = p;
+        churned++;
     }
     double c2 = cpu_s(), t2 = now_s();
     for (size_t i = 0; i < n; i++)

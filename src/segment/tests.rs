@@ -8,6 +8,19 @@ fn memory_of(slab: *mut Slab) -> *mut u8 {
     (seg + (slab as usize - seg) / core::mem::size_of::<Slab>() * SLAB_BYTES) as *mut u8
 }
 
+/// Unmaps the one segment a test made, and counts it out.
+fn unmap_only_segment(s: &mut Segments) {
+    let first = s.all.first();
+    assert!(!first.is_null() && s.count == 1);
+    // SAFETY: the test's segment, live.
+    s.all.remove(unsafe { &*first });
+    set_mapped(first as usize, false);
+    os::unmap(first.cast(), SEGMENT_BYTES);
+    crate::counters::global()
+        .segments
+        .fetch_sub(1, Ordering::Relaxed);
+}
+
 /// The trim gives back what is free whole: a segment whose slabs are
 /// all free (kept, purged, as the only empty one) but not the free slab
 /// of a segment another slab keeps in use, which a purge gives back
@@ -56,14 +69,7 @@ fn a_trim_gives_back_only_segments_free_whole() {
     assert_eq!((s.dirty_slabs, s.whole_dirty_slabs), (0, 0));
     give_slab(&mut s, c, 400);
     assert!(!purge_segments_locked(&mut s, 400, 400));
-    let first = s.all.first();
-    // SAFETY: the test's segment, live.
-    s.all.remove(unsafe { &*first });
-    set_mapped(first as usize, false);
-    os::unmap(first.cast(), SEGMENT_BYTES);
-    crate::counters::global()
-        .segments
-        .fetch_sub(1, Ordering::Relaxed);
+    unmap_only_segment(&mut s);
 }
 
 /// A slow path's purge, in a heap in use, leaves a free slab of a
@@ -116,14 +122,7 @@ fn a_trim_counts_every_free_slab_only_in_a_heap_mostly_free() {
         (s.count, s.free_slabs, s.empty_kept),
         (1, SLABS_PER_SEGMENT - 1, 1)
     );
-    let first = s.all.first();
-    // SAFETY: the test's segment, live.
-    s.all.remove(unsafe { &*first });
-    set_mapped(first as usize, false);
-    os::unmap(first.cast(), SEGMENT_BYTES);
-    crate::counters::global()
-        .segments
-        .fetch_sub(1, Ordering::Relaxed);
+    unmap_only_segment(&mut s);
 }
 
 /// Two slabs of a segment of its own, freed at times 100 and 200: a
@@ -170,11 +169,5 @@ fn a_purge_gives_back_only_the_slabs_free_for_a_whole_delay() {
     assert_eq!(s.dirty_slabs, 0);
     assert_eq!((s.count, s.empty_kept, s.all.first()), (1, 1, first));
     assert!(s.dirty.is_null() && s.with_free.first() == first);
-    // SAFETY: the test's segment, live.
-    s.all.remove(unsafe { &*first });
-    set_mapped(first as usize, false);
-    os::unmap(first.cast(), SEGMENT_BYTES);
-    crate::counters::global()
-        .segments
-        .fetch_sub(1, Ordering::Relaxed);
+    unmap_only_segment(&mut s);
 }
