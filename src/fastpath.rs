@@ -5,6 +5,7 @@
 //! Everything else goes to `refill` (allocation) and `free` (a full sheaf's
 //! flush, a free with no sheaf).
 
+use crate::barn;
 use crate::counters::Ev;
 use crate::debug;
 use crate::free::free_suspicious;
@@ -12,9 +13,12 @@ use crate::freelist::{
     corrupted_link, get_next_with, holds_link_with, prefetch, set_sheaf_tag, HARDENING,
 };
 use crate::heap::{ClassHeap, Heap};
+use crate::prof::sample;
+use crate::purge;
 use crate::refill::alloc_slow;
 use crate::remote_free::free_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
+use crate::sheaf;
 use crate::size_class::NUM_CLASSES;
 use crate::slab::{double_free, invalid_free, Slab, State};
 use crate::sync::{invariant, Ordering};
@@ -51,7 +55,7 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
         // ---
         // SAFETY: a heap with a sheaf is a thread's own, whose `secret` is
         // set.
-        return crate::sheaf::pop(c, len, unsafe { (*heap).secret.get() });
+        return sheaf::pop(c, len, unsafe { (*heap).secret.get() });
     }
     let obj = c.detached.get();
     if obj.is_null() {
@@ -100,7 +104,7 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
 #[inline(never)]
 fn sampled_or_not(size: usize, align: usize, class: usize) -> *mut u8 {
     let me = sampled_or_not as *const () as usize;
-    let p = crate::prof::sample::sample_small(class, size, align, me);
+    let p = sample::sample_small(class, size, align, me);
     if p.is_null() {
         crate::refill::alloc_unsampled(class, size, align)
     } else {
@@ -233,16 +237,16 @@ fn free_no_room(p: *mut u8) {
     let owner = unsafe { &*slab_of(c.sheaf_top(1)) }
         .owner
         .load(Ordering::Relaxed);
-    if crate::purge::program_has_other_threads()
+    if purge::program_has_other_threads()
         && owner != 0
         && owner != heap as usize
-        && crate::barn::BARNS[class].put(&c.sheaf[1..=cap as usize])
+        && barn::BARNS[class].put(&c.sheaf[1..=cap as usize])
     {
         c.sheaf_len.set(0);
         c.ev.add(Ev::SheafToBarn, cap as u64);
         // The next purge flushes the barns, so that what waits there goes
         // back to its slabs once the class goes quiet.
-        crate::purge::schedule(crate::purge::now_ns());
+        purge::schedule(purge::now_ns());
     } else {
         // SAFETY: a heap with a sheaf is a thread's own, live heap.
         crate::free::flush_oldest(unsafe { &*heap }, c, cap.div_ceil(2));

@@ -10,6 +10,7 @@
 
 use core::ptr;
 
+use crate::barn;
 use crate::counters::Ev;
 use crate::debug;
 use crate::freelist::take_sheaf_block;
@@ -17,6 +18,9 @@ use crate::freelist::{self, set_next, HARDENING};
 use crate::heap::{owner_tag, ClassHeap, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
 use crate::node::NODES;
 use crate::release::{keep_partial, release, slab_emptied, trim_partials};
+use crate::segment;
+use crate::sheaf;
+use crate::size_class;
 use crate::slab::{self, double_free, invalid_free, Push, Slab, State};
 use crate::sync::Ordering;
 use crate::tls::current;
@@ -275,7 +279,7 @@ fn flush_blocks(heap: &Heap, blocks: &[core::cell::Cell<*mut u8>]) {
             let q = blocks[end].get();
             if HARDENING {
                 // SAFETY: `q` is a block a sheaf held.
-                crate::sheaf::check(unsafe { take_sheaf_block(secret, q) }, q);
+                sheaf::check(unsafe { take_sheaf_block(secret, q) }, q);
             }
             if end != i {
                 // SAFETY: `tail` and `q`, checked, are blocks of one slab
@@ -285,7 +289,7 @@ fn flush_blocks(heap: &Heap, blocks: &[core::cell::Cell<*mut u8>]) {
             }
             end += 1;
             if end == blocks.len()
-                || (blocks[end].get() as usize ^ head as usize) >= crate::segment::SLAB_BYTES
+                || (blocks[end].get() as usize ^ head as usize) >= segment::SLAB_BYTES
             {
                 break;
             }
@@ -302,7 +306,7 @@ fn flush_blocks(heap: &Heap, blocks: &[core::cell::Cell<*mut u8>]) {
 fn flush_run(heap: &Heap, run: &[core::cell::Cell<*mut u8>]) {
     let (head, tail) = (run[0].get(), run[run.len() - 1].get());
     // SAFETY: `head` is a block of one of our segments (a sheaf took it).
-    let slab = unsafe { &*crate::segment::slab_of(head) };
+    let slab = unsafe { &*segment::slab_of(head) };
     let me = heap as *const Heap as usize;
     // Acquire: pairs with `give_back`'s Release, as the fast path's does.
     if slab.owner.load(Ordering::Acquire) == me {
@@ -351,10 +355,10 @@ pub fn flush_current() {
 /// that a barn holds blocks for one purge delay at most once its class goes
 /// quiet).
 pub fn flush_barns(heap: &Heap) {
-    let sheaf = [const { core::cell::Cell::new(ptr::null_mut()) }; crate::size_class::SHEAF_MAX];
+    let sheaf = [const { core::cell::Cell::new(ptr::null_mut()) }; size_class::SHEAF_MAX];
     for (class, c) in heap.classes.iter().enumerate() {
         loop {
-            let n = crate::barn::BARNS[class].take(&sheaf) as usize;
+            let n = barn::BARNS[class].take(&sheaf) as usize;
             if n == 0 {
                 break;
             }

@@ -17,7 +17,9 @@ use core::ptr;
 use crate::counters::{Counters, Ev};
 use crate::freelist;
 use crate::list::{Linked, List};
+use crate::options;
 use crate::os;
+use crate::purge;
 use crate::segment::SLAB_BYTES;
 use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_CAP, SHEAF_MAX};
 use crate::slab::Slab;
@@ -285,7 +287,7 @@ impl Heap {
             return;
         }
         self.warm.set(self.warm.get() | 1 << class);
-        if !crate::options::get().debug {
+        if !options::get().debug {
             self.classes[class].sheaf_cap.set(SHEAF_CAP[class]);
         }
         // Relaxed: nothing is published; a give-back that still reads
@@ -373,7 +375,7 @@ pub const DEAD: *mut Heap = &DEAD_HEAP as *const Heap as *mut Heap;
 /// (`fastpath::free_to_slab`: debug mode has no sheaves) always fails.
 #[inline]
 pub fn owner_tag(heap: *const Heap) -> usize {
-    heap as usize | crate::options::get().debug as usize
+    heap as usize | options::get().debug as usize
 }
 
 // ---------------------------------------------------------------------------
@@ -522,7 +524,7 @@ pub fn count_threads_in_child(forking_thread_has_heap: bool) {
     // The lock is free: `repair_registry_in_child` ran first.
     change_registry(|r| {
         r.threads_alive = forking_thread_has_heap as u64;
-        crate::purge::set_program_threads(r.threads_alive);
+        purge::set_program_threads(r.threads_alive);
     });
 }
 

@@ -5,15 +5,23 @@
 
 use core::ptr;
 
+use crate::background;
+use crate::barn;
 use crate::counters::Ev;
 use crate::debug;
 use crate::free::flush_class;
 use crate::freelist;
 use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
 use crate::heap_start::with_slow_heap;
+use crate::large;
 use crate::node::NODES;
+use crate::options;
+use crate::prof::sample;
 use crate::release::{keep_partial, retire_active_if_empty, trim_partials};
 use crate::segment;
+use crate::shared;
+use crate::sheaf;
+use crate::size_class;
 use crate::sync::Ordering;
 use crate::tls::current;
 
@@ -25,13 +33,13 @@ use crate::tls::current;
 #[inline(never)]
 pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     // No allocator lock is held here (see `background`).
-    crate::background::start_if_wanted();
+    background::start_if_wanted();
     // --- heap profile: allocations that miss the fast path count down too.
     let heap = current();
     // SAFETY: a heap that is neither static one is this thread's own.
     if heap != EMPTY && heap != DEAD && unsafe { (*heap).prof_count(size) } {
         let me = alloc_slow as *const () as usize;
-        let p = crate::prof::sample::sample_small(class, size, align, me);
+        let p = sample::sample_small(class, size, align, me);
         if !p.is_null() {
             return p;
         }
@@ -45,7 +53,7 @@ pub fn alloc_unsampled(class: usize, size: usize, align: usize) -> *mut u8 {
     if debug::enabled() {
         // A bigger slot with a red zone, or a large block.
         let Some(class) = debug::slot_class(size, align) else {
-            return crate::large::alloc(size, align, false);
+            return large::alloc(size, align, false);
         };
         let p = with_slow_heap(|heap| refill_and_pop(heap, class));
         if !p.is_null() {
@@ -76,7 +84,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     // onto their detached lists, this class's among them.
     if c.detached.get().is_null() {
         // A cold class takes single objects from shared slabs (`shared`).
-        if let Some(p) = crate::shared::take_if_cold(heap, class) {
+        if let Some(p) = shared::take_if_cold(heap, class) {
             return p;
         }
         if let Some(p) = take_from_barn(heap, class) {
@@ -88,7 +96,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         if debug {
             // Debug mode follows the whole new list now: a corrupted link
             // stops the process here rather than when it is reached.
-            freelist::list_len(c.detached.get(), crate::size_class::objects_per_slab(class));
+            freelist::list_len(c.detached.get(), size_class::objects_per_slab(class));
         }
     }
     // SAFETY: `refill` left a non-empty list of our active slab.
@@ -113,14 +121,14 @@ fn take_from_barn(heap: &Heap, class: usize) -> Option<*mut u8> {
     if c.sheaf_cap.get() == 0 || c.sheaf_len.get() != 0 || !ptr::eq(heap, current()) {
         return None;
     }
-    let n = crate::barn::BARNS[class].take(&c.sheaf[1..]);
+    let n = barn::BARNS[class].take(&c.sheaf[1..]);
     if n == 0 {
         return None;
     }
     c.ev.add(Ev::SheafFromBarn, n as u64);
     // Popped as the fast path pops (a heap of this thread's: its secret is
     // set).
-    Some(crate::sheaf::pop(c, n, heap.secret.get()))
+    Some(sheaf::pop(c, n, heap.secret.get()))
 }
 
 /// Fills `c.detached`, from (in order) the active slab's own lists, the thread
@@ -155,7 +163,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
             // yet (more would touch pages of a big class for a thread that
             // uses a few of its blocks).
             // With SLUBMALLOC_FREELIST_RANDOM, at least 16 to shuffle.
-            let least = if crate::options::get().freelist_random {
+            let least = if options::get().freelist_random {
                 16
             } else {
                 4

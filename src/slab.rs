@@ -40,6 +40,7 @@ use core::ptr;
 
 use crate::freelist::{clear_link, link_is_sane, pop, set_next, set_next_with};
 use crate::list::Linked;
+use crate::options;
 use crate::os;
 use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
 use crate::sync::{invariant, AtomicPtr, AtomicU32, AtomicUsize, Cell, Ordering};
@@ -708,7 +709,7 @@ impl Slab {
             unsafe { set_next(obj, next) };
             next = obj;
         };
-        if crate::options::get().freelist_random {
+        if options::get().freelist_random {
             // Fisher-Yates over the batch; carve batches are at most a page
             // of 8-byte objects, so the indices fit on the stack.
             let mut order = [0u16; MAX_RANDOM_CARVE];

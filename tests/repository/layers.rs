@@ -304,6 +304,106 @@ fn a_module_uses_only_modules_listed_above_it() {
     );
 }
 
+/// The paths the `use crate::...;` items of a file import (`use
+/// crate::{a, b::{self, X}}` imports `a`, `b` and `b::X`).
+fn use_line_paths(code: &str) -> BTreeSet<String> {
+    fn expand(prefix: &str, tree: &str, out: &mut BTreeSet<String>) {
+        let tree = tree.trim();
+        let Some(inner) = tree.strip_prefix('{').and_then(|t| t.strip_suffix('}')) else {
+            let path = format!("{prefix}{tree}");
+            let path = path.split(" as ").next().unwrap().trim();
+            out.insert(path.trim_end_matches("::self").to_string());
+            return;
+        };
+        let (mut depth, mut start) = (0, 0);
+        let bytes = inner.as_bytes();
+        for i in 0..=bytes.len() {
+            let c = bytes.get(i).copied().unwrap_or(b',');
+            match c {
+                b'{' => depth += 1,
+                b'}' => depth -= 1,
+                b',' if depth == 0 => {
+                    let part = inner[start..i].trim();
+                    if !part.is_empty() {
+                        match part.find('{') {
+                            Some(j) => expand(&format!("{prefix}{}", &part[..j]), &part[j..], out),
+                            None => expand(prefix, part, out),
+                        }
+                    }
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("use crate::") {
+        let line_start = rest[..i].rfind('\n').map_or(0, |n| n + 1);
+        let before = rest[line_start..i].trim();
+        let item = before.is_empty() || before.starts_with("pub");
+        rest = &rest[i + "use crate::".len()..];
+        let end = rest.find(';').unwrap();
+        if item {
+            let tree = rest[..end].replace('\n', " ");
+            match tree.find('{') {
+                Some(j) => expand(&tree[..j], &tree[j..], &mut out),
+                None => expand("", &tree, &mut out),
+            }
+        }
+        rest = &rest[end..];
+    }
+    out
+}
+
+#[test]
+fn the_use_line_reader_reads_groups_and_nesting() {
+    let code = "use crate::a;\nuse crate::{b::{self, X}, c::d as e};\npub use crate::f::G;\n\
+                fn x() { crate::h::i(); }";
+    let expected: BTreeSet<String> = ["a", "b", "b::X", "c::d", "f::G"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(use_line_paths(code), expected);
+}
+
+/// A file's `use` lines say what it touches: every module it reaches,
+/// through a path written anywhere, is imported at its top (as a module,
+/// `use crate::node;`, or by items of it), so that they list its edges.
+#[test]
+fn a_module_imports_every_module_it_uses() {
+    let files: Vec<_> = sources()
+        .into_iter()
+        .filter(|(m, p)| !is_unit_tests(m) && !is_directory_module(p))
+        .collect();
+    let modules: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let graph = graph();
+    let mut unlisted = Vec::new();
+    for (module, path) in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        // A module's own `#[cfg(test)] mod tests` imports what it tests.
+        let text = text.split("#[cfg(all(test").next().unwrap();
+        let code = code_of(text);
+        let imported: BTreeSet<String> = use_line_paths(&code)
+            .iter()
+            .map(|p| resolve(p, &modules))
+            .collect();
+        for used in graph[module.as_str()].iter().filter(|u| modules.contains(*u)) {
+            let in_tests_only = !uses(&code, module)
+                .iter()
+                .any(|p| &resolve(p, &modules) == used);
+            if !imported.contains(used) && !in_tests_only {
+                unlisted.push(format!("{module} -> {used}"));
+            }
+        }
+    }
+    assert!(
+        unlisted.is_empty(),
+        "modules reached with no `use` line for them:\n{}",
+        unlisted.join("\n")
+    );
+}
+
 /// Strongly connected components (Tarjan), as sets of module names.
 fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
     struct State<'a> {
