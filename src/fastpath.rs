@@ -85,7 +85,7 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     // The class's next allocation reads `next`'s link: its line starts
     // coming now. Blocks that come back through a remote list, or were
     // freed long ago, are cold: `perf` put most of malloc's samples in
-    // stress on that read. One instruction; msgpass 0.92x the time.
+    // stress on that read. One instruction.
     prefetch(next);
     if HARDENING {
         // Clear the link: a stale one would look, to a sheaf's check, like
@@ -120,9 +120,8 @@ fn sampled_or_not(size: usize, align: usize, class: usize) -> *mut u8 {
 /// block is in, whoever owns it, the block is not read: a free that read it
 /// (as this one did for blocks of the active slab, to test for a free-list
 /// link) waited on its line whenever the program had not touched it lately
-/// (one thread of larson: 0.65-0.78 s with that read, 0.37-0.57 without,
-/// tcmalloc 0.32-0.55). Every way out of a sheaf checks the block
-/// (`sheaf`).
+/// (`larson`, whose freed blocks are cold). Every way out of a sheaf checks
+/// the block (`sheaf`).
 ///
 /// A full sheaf: `free_no_room`.
 ///
@@ -171,13 +170,13 @@ pub unsafe fn free_of_class(p: *mut u8, scaled: usize) -> bool {
 fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     // The class heap's address in a register of its own, as `opaque` makes
     // it: else LLVM forms it only for the push, with a `mov` and an `add`
-    // (one instruction per free, ci/callgrind.sh).
+    // (an instruction on every free: `ci/callgrind.sh`).
     // SAFETY: the same reference.
     let c = unsafe { &*(opaque(c as *const ClassHeap as usize) as *const ClassHeap) };
     let len = c.sheaf_len.get();
     if len >= c.sheaf_cap.get() {
         // No sheaf (the 8-byte class, a cold class, debug mode, a static
-        // heap, the heap profile's slabs): the free as before sheaves. A
+        // heap, the heap profile's slabs): the free into the slab. A
         // class heap without a sheaf has an empty one (its capacity drops
         // to 0 only while it is empty, `Heap::reset`), a full sheaf holds a
         // block at least: the length tells them apart, so the capacity is
@@ -209,14 +208,13 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
 
 /// The free fast path found the sheaf full: it makes room (the whole sheaf
 /// to the class's barn, or, the barn full, its older half flushed), then
-/// frees the block: into its slab, as before sheaves, if it is of one of
+/// frees the block: into its slab if it is of one of
 /// the thread's own slabs (a block of the active slab freed while another
 /// thread's sheaf holds it is caught here, by the read), else onto the
 /// sheaf. Room is made either way: a sheaf left full (own blocks sent to
 /// their slabs past it) makes the fast path's full test mispredict whenever
-/// full and not-full classes alternate (`batch 1000000 1000 512`, a copy of
-/// fastpath's batch phase, under cachegrind: 624,000 mispredictions against
-/// 341,000, and 1.5x the time).
+/// full and not-full classes alternate (fastpath's batch phase, under
+/// cachegrind's branch simulation: bench/report/HISTORY.md).
 #[inline(never)]
 fn free_no_room(p: *mut u8) {
     let heap = current();
@@ -259,11 +257,11 @@ fn free_no_room(p: *mut u8) {
     unsafe { free(p) }
 }
 
-/// A free into the block's slab, as before sheaves: by its owner, after the
+/// A free into the block's slab: by its owner, after the
 /// object-start and double-free tests (the block's first word read, and
 /// its second if the class has a sheaf), onto the heap's detached list (the
 /// active slab) or the slab's local list; else through the free slow path
-/// (a jump, as before sheaves: the common case of a class with no sheaf is
+/// (a jump: the common case of a class with no sheaf is
 /// a block of another heap's slab, one CAS in `free_slow`).
 #[inline(always)]
 fn free_to_slab(p: *mut u8, heap: *mut Heap) {
@@ -289,8 +287,8 @@ fn free_to_slab(p: *mut u8, heap: *mut Heap) {
 
 /// `slab::invalid_free` for the free fast path, which reaches it with a
 /// jump: a call to a function that never returns needs the stack aligned,
-/// and so a push on the fast path itself (2 instructions per free,
-/// ci/callgrind.sh). So it returns, for a null `p`, which never reaches it,
+/// and so a push on the fast path itself (instructions on every free:
+/// `ci/callgrind.sh`). So it returns, for a null `p`, which never reaches it,
 /// and the compiler cannot take it for a function that never returns. A
 /// block of a FREE slab (none counts as carved) is a double free if it is
 /// a slot's start.
@@ -320,8 +318,8 @@ fn stop_double_free(p: *mut u8) {
 /// `x`, as a value the compiler cannot see through. The end-of-list test on
 /// the allocation fast path is then on the decoded link itself: seeing the
 /// decoding, LLVM compares the stored word with the key instead, and keeps
-/// both in registers for it (2 instructions more per allocation,
-/// ci/callgrind.sh). An empty asm statement: no instruction.
+/// both in registers for it (instructions on every allocation:
+/// `ci/callgrind.sh`). An empty asm statement: no instruction.
 #[inline(always)]
 fn opaque(x: usize) -> usize {
     #[cfg(target_arch = "x86_64")]

@@ -5,8 +5,8 @@
 //! at the eighth free in a row); a block that looks free already is looked
 //! for on the slab's lists (a double free stops the process). The slabs
 //! these frees hand on go through `release`. And a full sheaf's flush: its
-//! older blocks back to their slabs, each by the free it would have been
-//! before sheaves (also every sheaf of a thread that exits or trims).
+//! older blocks back to their slabs, each by the free into its slab (also
+//! every sheaf of a thread that exits or trims).
 
 use core::ptr;
 
@@ -246,7 +246,7 @@ fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
 /// run: into the thread's own slab with one splice, into a slab another
 /// heap owns with one CAS (`push_remote_run`), which a thread that frees
 /// what another allocated in order (a consumer) makes long; else (a FULL
-/// or listed slab) each as the free it would have been before sheaves.
+/// or listed slab) each by the free into its slab.
 pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
     let len = c.sheaf_len.get();
     crate::sync::invariant!(n <= len);
@@ -265,7 +265,7 @@ pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
 /// checked, in runs of one slab (`flush_run`), counted in `heap`. One pass:
 /// each block is checked and linked to the one before it in its run, so
 /// that its line is read and written once (`big_heap`'s free phase, where
-/// every block goes this way: 61 instructions per block in two passes).
+/// every block goes this way, took more instructions in two passes).
 fn flush_blocks(heap: &Heap, blocks: &[core::cell::Cell<*mut u8>]) {
     // The process's secret, not the heap's copy: the orphan heap, which
     // flushes the barns for the purger, has none.

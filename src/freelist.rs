@@ -249,8 +249,7 @@ unsafe fn store_link_word(obj: *mut u8, word: usize) {
 /// last store into the block (a byte, a 32-bit field at its start) usually
 /// leaves alone: a load of the whole word right after such a narrower store
 /// waits until the store reaches the cache (a loop of malloc(32), a byte
-/// stored, free: 6.55 ns per pair with a whole-word load, 5.35 ns with
-/// this). A valid link decodes to null or to an address in the slab, so its
+/// stored, free, ran a fifth slower with a whole-word load). A valid link decodes to null or to an address in the slab, so its
 /// upper half decodes to 0 or to `obj`'s, both below `LINK_UPPER_LIMIT`
 /// (segments lie below 2^47): one compare tests for both. A block that
 /// passes takes the full test, `link_is_sane`; of random data, one word in

@@ -29,8 +29,7 @@ use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering
 /// past it the oldest goes to the node list. Most are nearly full and a slab
 /// that empties leaves at once, so holding them costs little memory. larson
 /// (2 threads, 10,000 blocks of 16..1024 bytes each) needs about 17 slabs of
-/// its biggest classes per thread: median CPU time 0.285 s with 16, 0.216 s
-/// with 32 (7 interleaved runs, tcmalloc 0.181 s).
+/// its biggest classes per thread, and ran slower with 16.
 pub const MAX_THREAD_PARTIAL: u32 = 32;
 
 /// Per class: the fast paths' state and this thread's counters for the

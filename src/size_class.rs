@@ -34,10 +34,9 @@ pub const MAX_SMALL_BYTES: usize = 64 * 1024;
 /// 20%, 17% and 25%) is address space: a block's pages past what its
 /// program writes are never touched, so never resident. Served as large
 /// blocks, they took the large-block table's lock twice per malloc and free
-/// (`ci/measure.py -r 11 HEAD . tcmalloc -- '{bin}/stress' 4 1000000 10000`,
-/// blocks of 8 B to 64 KiB on four threads: their own mappings 2.07x
-/// tcmalloc's time, slabs 1.81x). No more than three: `heap::Heap::warm`
-/// has a bit per class.
+/// (`stress`, blocks of 8 B to 64 KiB on four threads, was slower with
+/// their own mappings). No more than three: `heap::Heap::warm` has a bit
+/// per class.
 const LARGE_TAIL: [u32; 3] = [40 << 10, 48 << 10, 64 << 10];
 /// Requests up to this size are classified with one table load.
 pub const LOOKUP_MAX: usize = 1024;
@@ -48,8 +47,8 @@ pub static CLASS_BYTES: [u32; NUM_CLASSES] = class_sizes();
 static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = lookup_table();
 /// The class of each size up to 1024 times `CLASS_SCALE`, indexed by the
 /// size itself: the allocation fast path indexes the thread heap with it,
-/// one load, no round-up and shift (2 instructions fewer than indexing by
-/// `(size + 7) >> 3`, ci/callgrind.sh). 2 KiB, of which a program touches
+/// one load, no round-up and shift (fewer instructions than indexing by
+/// `(size + 7) >> 3`: `ci/callgrind.sh`). 2 KiB, of which a program touches
 /// the lines of the sizes it asks for.
 static LOOKUP_SCALED: [u16; LOOKUP_MAX + 1] = scaled_table();
 

@@ -689,8 +689,8 @@ impl Slab {
     /// Carves up to `max` untouched objects into a fresh list, in address
     /// order, or in a random order with `SLUBMALLOC_FREELIST_RANDOM=1`
     /// (SLAB_FREELIST_RANDOM: the next block's address cannot be guessed from
-    /// the last one's; off by default because the lost locality cost 30% of
-    /// python3's time, see the README). Returns the list's head and how many
+    /// the last one's; off by default because of the locality it loses,
+    /// bench/report/HISTORY.md). Returns the list's head and how many
     /// it carved. Touches only the carved objects' pages.
     pub fn carve(&self, max: u32) -> (*mut u8, u32) {
         let first = self.carved();

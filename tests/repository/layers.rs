@@ -388,7 +388,10 @@ fn a_module_imports_every_module_it_uses() {
             .iter()
             .map(|p| resolve(p, &modules))
             .collect();
-        for used in graph[module.as_str()].iter().filter(|u| modules.contains(*u)) {
+        for used in graph[module.as_str()]
+            .iter()
+            .filter(|u| modules.contains(*u))
+        {
             let in_tests_only = !uses(&code, module)
                 .iter()
                 .any(|p| &resolve(p, &modules) == used);
