@@ -44,6 +44,11 @@ const CHILD_VAR: &str = "GLOBAL_ALLOCATOR_TEST_CHILD";
 /// The children run one at a time, so timing-sensitive tests (purge delays)
 /// do not compete with each other for the CPU.
 fn fresh_process() -> Option<()> {
+    fresh_process_with(&[])
+}
+
+/// `fresh_process`, with `env` added to the new process's environment.
+fn fresh_process_with(env: &[(&str, &str)]) -> Option<()> {
     // libtest runs each test on a thread named after the test.
     let thread = std::thread::current();
     let name = thread
@@ -56,7 +61,7 @@ fn fresh_process() -> Option<()> {
         );
         return Some(());
     }
-    run_in_fresh_process(name, &[]);
+    run_in_fresh_process(name, env);
     None
 }
 
