@@ -113,7 +113,7 @@ pub struct Heap {
     warm: Cell<u64>,
     /// Per class, objects taken from shared slabs while the class was cold.
     pub shared_taken: [Cell<u8>; NUM_CLASSES],
-    /// Per class, for `release::retire_idle_active` (all truncated): the
+    /// Per class, for `refill`'s `retire_idle_active` (all truncated): the
     /// class heap's allocations, fast and slow, when the heap last took a
     /// slab from a segment; the heap's allocations, all classes, when the
     /// class's last changed; the class's frees when its active slab was
@@ -350,7 +350,7 @@ pub fn orphan_heap() -> &'static Heap {
 /// heap; its slabs send the free fast path to the class heap that has no
 /// sheaf (`Slab::keep_off_sheaves`), so every free of a sampled block
 /// misses the owner compare of `fastpath::free_to_slab` and reaches
-/// `free::free_slow`, which hands it to the profile.
+/// `remote_free::free_slow`, which hands it to the profile.
 pub static PROF: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_PROF_HEAP as *const Heap as *mut Heap);
 static FIRST_PROF_HEAP: Heap = Heap::new();
 

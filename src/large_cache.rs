@@ -34,7 +34,7 @@ use crate::sync::Ordering;
 /// pieces a later request would have fitted; half keeps them for a little
 /// more resident memory (bench/report/HISTORY.md).
 pub const CACHE_SLOTS: usize = 32;
-// `best_cached` keeps a slot's index in the low bits of a page count.
+// `Cache::best_fit` keeps a slot's index in the low bits of a page count.
 const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES);
 /// A cached mapping is split for a smaller request only when the part left
 /// over is at least this big (or the mapping is over four times the

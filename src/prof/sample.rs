@@ -15,7 +15,7 @@
 //! (2 instructions); the slow path does the same; the free fast path
 //! nothing. A sampled block comes from a slab of the profile heap
 //! (`heap::prof_heap`), which is no thread's, so its free misses the free
-//! fast path's owner compare as a remote free does, and `free::free_slow`
+//! fast path's owner compare as a remote free does, and `remote_free::free_slow`
 //! hands it here by its owner: no flag, no lookup on any free fast path.
 //! Large blocks are counted down in `alloc_large` and looked up in the table
 //! on free while profiling is on.
@@ -251,7 +251,7 @@ fn put_block(heap: &Heap, slab: &Slab, p: *mut u8) {
 }
 
 /// A free of `p`, in a slab the profile heap owns (from
-/// `free::free_slow`): its estimate leaves the table, the block its slab.
+/// `remote_free::free_slow`): its estimate leaves the table, the block its slab.
 #[cold]
 #[inline(never)]
 pub fn free_sampled(slab: &Slab, p: *mut u8) {

@@ -276,7 +276,7 @@ fn free_warm(me: usize, slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bo
 /// node lock if it is LISTED (looking again once the lock is held); the
 /// claim of a FULL slab, which the freer adopts (the model's slabs have no
 /// last owner here). `looks_free` is the double-free test as
-/// `free::free_slow` read it, once, before the first push (whose losing
+/// `remote_free::free_slow` read it, once, before the first push (whose losing
 /// CAS may already have written a link into `p`). Returns whether the freer
 /// claimed the slab.
 fn free_unowned(node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
