@@ -306,9 +306,18 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 /// node lists, their empty slabs to their segments, free slabs and cached
 /// large blocks to the kernel.
 pub fn trim() {
-    free::flush_current();
-    release::flush_current();
+    thread_idle();
     node::release_empty_slabs();
     segment::purge_now();
     large::purge_cache(u64::MAX);
+}
+
+/// The calling thread gives back what it holds for itself: its sheaves'
+/// blocks and the barns' go back to their slabs, and its slabs (the active
+/// and partial ones of every class) to the node lists, whence other threads
+/// take them and the next purge gives the empty ones back. Its next
+/// allocation of a class refills as after a thread's start.
+pub fn thread_idle() {
+    free::flush_current();
+    release::flush_current();
 }

@@ -363,6 +363,14 @@ pub unsafe extern "C" fn __posix_memalign(
     unsafe { posix_memalign(out_p, align, size) }
 }
 
+/// `slubmalloc::thread_idle`: the calling thread gives back what it holds
+/// for itself (its sheaves, its slabs), as a thread pool's worker going
+/// idle would ask.
+#[no_mangle]
+pub extern "C" fn slubmalloc_thread_idle() {
+    alloc::thread_idle();
+}
+
 /// Recounts everything by walking and compares with the incremental
 /// counters: 0 when they agree (see `walk::check_stats`). Other threads must
 /// be quiescent. For tests and curious users; not part of the C standard.

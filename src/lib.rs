@@ -188,6 +188,20 @@ pub fn trim() {
     alloc::trim();
 }
 
+/// Tells the allocator that the calling thread goes idle, as a thread
+/// pool's worker does between tasks (jemalloc's `thread.idle`, tcmalloc's
+/// `MarkThreadIdle`): the blocks its sheaves hold go back to their slabs,
+/// and its slabs to the lists every thread takes from, so that the memory
+/// serves other threads and the next purge gives what is free back to the
+/// kernel. Nothing else changes: the thread may allocate again at once
+/// (its first allocations of each class then take the slow path). A
+/// thread's exit does the same. An idle thread that never calls it keeps,
+/// per size class it used, its sheaf (at most 32 blocks and 16 KiB, one
+/// block above), an active slab and up to 32 partial slabs of 64 KiB.
+pub fn thread_idle() {
+    alloc::thread_idle();
+}
+
 /// The size class object size that a request of `size` bytes (alignment 1)
 /// is served from, or None for a large block.
 pub fn class_size(size: usize) -> Option<usize> {

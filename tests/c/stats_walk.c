@@ -6,7 +6,8 @@
  * thread allocated; each also keeps some blocks of its own. The allocator's
  * slubmalloc_check_stats() (0 when its counters equal a recount by walking)
  * is called three times, with no thread allocating:
- *   1. workers parked at a barrier, still alive, holding blocks;
+ *   1. workers parked at a barrier, still alive, holding blocks, each having
+ *      given its caches back first (slubmalloc_thread_idle);
  *   2. workers exited, leaving live blocks in the mailbox and their own;
  *   3. after main has freed every one of those blocks.
  * Exit status: 0 when every check returns 0, 77 when the symbol is missing
@@ -19,6 +20,7 @@
 #include <string.h>
 
 extern int slubmalloc_check_stats(void) __attribute__((weak));
+extern void slubmalloc_thread_idle(void) __attribute__((weak));
 
 #define THREADS 4
 #define OPS 20000
@@ -70,6 +72,7 @@ static void *worker(void *arg) {
             own[id][slot] = p;
         }
     }
+    slubmalloc_thread_idle();       /* as a pool's worker between tasks */
     pthread_barrier_wait(&parked);  /* main checks while we hold our blocks */
     pthread_barrier_wait(&resumed);
     for (int i = 0; i < OWN; i += 2) {  /* free half of our own, keep the rest */
@@ -87,8 +90,8 @@ static int check(const char *when) {
 }
 
 int main(void) {
-    if (slubmalloc_check_stats == NULL) {
-        fprintf(stderr, "stats_walk: slubmalloc_check_stats not found (not under the preload?)\n");
+    if (slubmalloc_check_stats == NULL || slubmalloc_thread_idle == NULL) {
+        fprintf(stderr, "stats_walk: slubmalloc_check_stats or slubmalloc_thread_idle not found (not under the preload?)\n");
         return 77;
     }
     pthread_barrier_init(&parked, NULL, THREADS + 1);

@@ -130,6 +130,72 @@ fn trim_gives_the_threads_sheaves_back() {
     assert_eq!(slubmalloc::check_stats(), 0);
 }
 
+/// A thread that frees everything it allocated and then waits, as a thread
+/// pool's idle worker does: before `thread_idle` it keeps at most its
+/// sheaf (32 blocks and 16 KiB of a class) and 32 partial slabs; after it,
+/// nothing more than its exit would have left (its active slab given up
+/// too: a trim then gives back as many of the class's slabs as after its
+/// exit). Blocks of 1,000 bytes: the worker's own channels live in the
+/// 256-byte class.
+#[test]
+fn an_idle_thread_keeps_its_bounded_caches_until_it_calls_thread_idle() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    const IDLE_SIZE: usize = 1000;
+    let class = || *slubmalloc::stats().cache_for_size(IDLE_SIZE).unwrap();
+    let before = class();
+    let (step, steps) = std::sync::mpsc::channel::<()>();
+    let (idle_tx, idle) = std::sync::mpsc::channel::<()>();
+    let worker = thread::spawn(move || {
+        // 100 slabs' worth, freed in an order that leaves every slab
+        // partly free for a while.
+        let per_slab = class().objects_per_slab as usize;
+        let mut v: Vec<Option<Box<[u8]>>> = (0..100 * per_slab)
+            .map(|i| Some(vec![i as u8; IDLE_SIZE].into_boxed_slice()))
+            .collect();
+        for k in (0..v.len()).step_by(2).chain((1..v.len()).step_by(2)) {
+            v[k] = None;
+        }
+        idle_tx.send(()).unwrap();
+        steps.recv().unwrap();
+        slubmalloc::thread_idle();
+        idle_tx.send(()).unwrap();
+        steps.recv().unwrap();
+    });
+    idle.recv().unwrap();
+    let kept = class();
+    let sheaf = kept.sheaf_objects - before.sheaf_objects;
+    assert!(sheaf > 0, "{kept:?}");
+    assert!(
+        sheaf <= 32 && sheaf * kept.object_size <= 16 << 10,
+        "an idle thread's sheaf holds at most 32 blocks and 16 KiB of a class: {kept:?}"
+    );
+    assert!(
+        kept.thread_partial_slabs - before.thread_partial_slabs <= 32,
+        "an idle thread keeps at most 32 partial slabs of a class: {kept:?}"
+    );
+    step.send(()).unwrap();
+    idle.recv().unwrap();
+    let c = class();
+    assert_eq!(
+        (c.sheaf_objects, c.thread_partial_slabs),
+        (before.sheaf_objects, before.thread_partial_slabs),
+        "thread_idle left the thread's caches: {c:?}"
+    );
+    assert_eq!(slubmalloc::check_stats(), 0);
+    slubmalloc::trim();
+    let idle_slabs = class().slabs;
+    step.send(()).unwrap();
+    worker.join().unwrap();
+    slubmalloc::trim();
+    let exited = class();
+    assert_eq!(
+        idle_slabs, exited.slabs,
+        "the idle thread kept slabs its exit gave up: {exited:?}"
+    );
+}
+
 /// Blocks another thread allocated are reused by the thread that frees
 /// them, from its sheaf, without a trip through their slab's remote list.
 #[test]
