@@ -464,28 +464,30 @@ pub fn purge_if_due_after(by: PurgeBy, first: impl FnOnce()) -> bool {
 /// Purges every free slab and unmaps empty segments now (`malloc_trim`).
 pub fn purge_now() {
     purge::take_now();
-    purge_all(u64::MAX, PurgeBy::Purger);
+    purge_all(u64::MAX, PurgeBy::Trim);
 }
 
 /// Who runs a purge: a slow path, in a program that is allocating or
-/// freeing, whose heap in use is likely to take its free slabs again; or
-/// the background purger, which keeps the deadline while the program may
-/// make no call at all.
+/// freeing, whose heap in use is likely to take its free slabs again; the
+/// background purger, which keeps the deadline while the program may make
+/// no call at all; or `malloc_trim`, which wants everything back.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum PurgeBy {
     SlowPath,
     Purger,
+    Trim,
 }
 
-/// In a purge run by a slow path, a free slab inside a segment still in
-/// use goes back once it has been free this many purge delays (a slab of a
-/// segment free whole, after one), and not while the heap takes slabs
-/// again (one was taken since the last purge pass): a heap in use that
-/// frees a part of itself mostly allocates it again, and the time between
-/// the free and the reuse grows with the part freed; a purge between them
-/// would have the program fault every page in again. The background
-/// purger, which keeps the deadline of a program that may have gone idle,
-/// waits one delay.
+/// A free slab inside a segment still in use does not go back while the
+/// heap takes slabs again (one was taken since the last purge pass): a
+/// heap in use that frees a part of itself mostly allocates it again, and
+/// the time between the free and the reuse grows with the part freed; a
+/// purge between them would have the program fault every page in again.
+/// Once the heap takes none, the background purger gives such a slab back
+/// one delay after its free (a program that went idle gets its memory back
+/// within two delays), a slow path this many delays after it (a program
+/// that calls the allocator is still in use); a slab of a segment free
+/// whole goes back after one delay either way.
 const IN_USE_DELAYS: u64 = 10;
 
 /// The purge the deadline asked for: what was freed a whole delay before
@@ -516,12 +518,12 @@ fn purge_all(now: u64, by: PurgeBy) {
 fn cutoffs(now: u64, delay: u64, by: PurgeBy, taken: bool) -> (u64, u64) {
     let cutoff = now.saturating_sub(delay);
     match by {
-        PurgeBy::SlowPath if taken => (cutoff, 0),
+        PurgeBy::SlowPath | PurgeBy::Purger if taken => (cutoff, 0),
         PurgeBy::SlowPath => (
             cutoff,
             now.saturating_sub(delay.saturating_mul(IN_USE_DELAYS)),
         ),
-        PurgeBy::Purger => (cutoff, cutoff),
+        PurgeBy::Purger | PurgeBy::Trim => (cutoff, cutoff),
     }
 }
 

@@ -72,18 +72,20 @@ fn a_trim_gives_back_only_segments_free_whole() {
     unmap_only_segment(&mut s);
 }
 
-/// A slow path's purge, in a heap in use, leaves a free slab of a
-/// segment in use for `IN_USE_DELAYS` delays, and all of them while the
-/// heap takes slabs; the purger, for one delay.
+/// No purge but a trim gives back a free slab of a segment in use while
+/// the heap takes slabs; once it takes none, a slow path's purge leaves
+/// such a slab for `IN_USE_DELAYS` delays, the purger's for one.
 #[test]
-fn a_slow_path_purge_waits_longer_for_slabs_of_segments_in_use() {
+fn a_purge_leaves_the_free_slabs_of_a_heap_that_takes_slabs() {
     let delay = 100;
     for taken in [false, true] {
-        assert_eq!(
-            cutoffs(10_000, delay, PurgeBy::Purger, taken),
-            (9_900, 9_900)
-        );
+        assert_eq!(cutoffs(10_000, delay, PurgeBy::Trim, taken), (9_900, 9_900));
     }
+    assert_eq!(
+        cutoffs(10_000, delay, PurgeBy::Purger, false),
+        (9_900, 9_900)
+    );
+    assert_eq!(cutoffs(10_000, delay, PurgeBy::Purger, true), (9_900, 0));
     assert_eq!(
         cutoffs(10_000, delay, PurgeBy::SlowPath, false),
         (9_900, 9_000)
