@@ -25,7 +25,8 @@ use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
 /// Allocates one object of `class` for a request of `size` bytes at `align`
-/// (used only by the debug slow path). Fast path: a TLS load, a pop from the
+/// (the requests above the lookup table's sizes, and the aligned ones;
+/// `alloc_scaled` serves `malloc`'s common case). Fast path: a TLS load, a pop from the
 /// sheaf with the block's check (`freelist::take_sheaf_block`), or else a
 /// pop from the detached free list with a link check and a prefetch of the
 /// next block; a counter increment.
