@@ -610,3 +610,34 @@ fn a_heap_in_use_reuses_its_emptied_slabs_without_faulting_them_in() {
     );
     drop(blocks);
 }
+
+/// In a heap in use, segments whose slabs are all free go back at free time
+/// once they pass the trim bound: 64 MiB of blocks freed whole (their
+/// segments free whole) while the 64 MiB allocated after them live on,
+/// with no purger and no later call.
+#[test]
+fn segments_freed_whole_in_a_heap_in_use_go_back_at_free_time() {
+    let Some(_fresh) = crate::fresh_process_with(&[("SLUBMALLOC_BACKGROUND_PURGE", "0")]) else {
+        return;
+    };
+    slubmalloc::trim();
+    let n = (64 << 20) / 1024;
+    let first: Vec<Box<[u8]>> = (0..n)
+        .map(|i| vec![i as u8; 1000].into_boxed_slice())
+        .collect();
+    let second: Vec<Box<[u8]>> = (0..n)
+        .map(|i| vec![i as u8; 1000].into_boxed_slice())
+        .collect();
+    let before = slubmalloc::stats().totals;
+    drop(first);
+    let after = slubmalloc::stats().totals;
+    assert!(
+        after.bytes_purged - before.bytes_purged >= 32 << 20,
+        "{} bytes given back of 64 MiB freed whole; segments {} -> {}",
+        after.bytes_purged - before.bytes_purged,
+        before.segments,
+        after.segments
+    );
+    assert!(after.segments < before.segments, "{before:?} {after:?}");
+    drop(second);
+}
