@@ -151,9 +151,9 @@ struct Segments {
     whole_dirty_slabs: usize,
     /// Free slabs, dirty or not, in all segments.
     free_slabs: usize,
-    /// A slab was taken since the last purge pass: the heap is reusing
-    /// its free slabs.
-    taken_since_purge: bool,
+    /// A slab was taken or given back since the last purge pass: the heap
+    /// is moving slabs, and reuses the free ones.
+    slabs_moved: bool,
 }
 
 // SAFETY: the raw pointers are reached only under the SEGMENTS lock.
@@ -170,7 +170,7 @@ const fn no_segments() -> Segments {
         dirty_slabs: 0,
         whole_dirty_slabs: 0,
         free_slabs: 0,
-        taken_since_purge: false,
+        slabs_moved: false,
     }
 }
 
@@ -305,7 +305,7 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
     let index = pick.trailing_zeros() as usize;
     sg.free_mask &= !(1 << index);
     s.free_slabs -= 1;
-    s.taken_since_purge = true;
+    s.slabs_moved = true;
     // A dirty bit left for a slab in use would have a purge drop its
     // pages; the segment stays on the dirty queue until the next purge
     // finds nothing dirty.
@@ -390,6 +390,7 @@ fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) -> usize {
     s.with_free.push_front(sg);
     sg.free_mask |= 1 << index;
     s.free_slabs += 1;
+    s.slabs_moved = true;
     sg.dirty_mask |= 1 << index;
     sg.freed_at_ns[index] = now;
     if sg.free_mask == ALL_SLABS {
@@ -479,15 +480,15 @@ pub enum PurgeBy {
 }
 
 /// A free slab inside a segment still in use does not go back while the
-/// heap takes slabs again (one was taken since the last purge pass): a
-/// heap in use that frees a part of itself mostly allocates it again, and
-/// the time between the free and the reuse grows with the part freed; a
-/// purge between them would have the program fault every page in again.
-/// Once the heap takes none, the background purger gives such a slab back
-/// one delay after its free (a program that went idle gets its memory back
-/// within two delays), a slow path this many delays after it (a program
-/// that calls the allocator is still in use); a slab of a segment free
-/// whole goes back after one delay either way.
+/// heap moves slabs (one was taken or given back since the last purge
+/// pass): a heap in use that frees a part of itself mostly allocates it
+/// again, and the time between the free and the reuse grows with the part
+/// freed; a purge between them would have the program fault every page in
+/// again. Once the heap's slabs stay put, the background purger gives such
+/// a slab back one delay after its free (a program that went idle gets its
+/// memory back within two delays), a slow path this many delays after it
+/// (a program that calls the allocator is still in use); a slab of a
+/// segment free whole goes back after one delay either way.
 const IN_USE_DELAYS: u64 = 10;
 
 /// The purge the deadline asked for: what was freed a whole delay before
@@ -502,8 +503,8 @@ fn purge_all(now: u64, by: PurgeBy) {
     let delay = purge::delay_ns();
     let cache_left = large::purge_cache(now.saturating_sub(delay));
     let slabs_left = with_segments(|s| {
-        let taken = core::mem::replace(&mut s.taken_since_purge, false);
-        let (cutoff, in_use_cutoff) = cutoffs(now, delay, by, taken);
+        let moved = core::mem::replace(&mut s.slabs_moved, false);
+        let (cutoff, in_use_cutoff) = cutoffs(now, delay, by, moved);
         purge_segments_locked(s, cutoff, in_use_cutoff)
     });
     if cache_left || slabs_left {
@@ -513,12 +514,12 @@ fn purge_all(now: u64, by: PurgeBy) {
 }
 
 /// The free times at or before which a purge at `now` gives back a free
-/// slab: of a segment free whole, and of a segment still in use (`taken`:
-/// the heap took a slab since the last purge pass).
-fn cutoffs(now: u64, delay: u64, by: PurgeBy, taken: bool) -> (u64, u64) {
+/// slab: of a segment free whole, and of a segment still in use (`moved`:
+/// the heap took or gave back a slab since the last purge pass).
+fn cutoffs(now: u64, delay: u64, by: PurgeBy, moved: bool) -> (u64, u64) {
     let cutoff = now.saturating_sub(delay);
     match by {
-        PurgeBy::SlowPath | PurgeBy::Purger if taken => (cutoff, 0),
+        PurgeBy::SlowPath | PurgeBy::Purger if moved => (cutoff, 0),
         PurgeBy::SlowPath => (
             cutoff,
             now.saturating_sub(delay.saturating_mul(IN_USE_DELAYS)),
