@@ -23,7 +23,8 @@
 //! per size class, [`Stats::totals`] has bytes in use, mapped and resident,
 //! large blocks, threads. `Stats` implements `Display` (a table, one row per
 //! size class in use) and [`Stats::to_json`]. [`trim()`] gives free memory
-//! back to the kernel at once.
+//! back to the kernel at once; [`thread_idle()`] gives the calling thread's
+//! caches back, as a thread pool's worker between tasks would.
 //!
 //! # A one-line summary
 //!
