@@ -198,7 +198,9 @@ pub fn trim() {
 /// (its first allocations of each class then take the slow path). A
 /// thread's exit does the same. An idle thread that never calls it keeps,
 /// per size class it used, its sheaf (at most 32 blocks and 16 KiB, one
-/// block above), an active slab and up to 32 partial slabs of 64 KiB.
+/// block above), an active slab and up to 32 partial slabs of 64 KiB, and
+/// the slabs it filled that other threads' frees handed back to it since
+/// its last refill.
 pub fn thread_idle() {
     alloc::thread_idle();
 }
