@@ -195,12 +195,14 @@ fn publish(s: &Segments) {
     TRIMMABLE_BYTES.store((trimmable_slabs(s) * SLAB_BYTES) as u64, Ordering::Relaxed);
 }
 
-/// Whether three quarters or more of the segments' slabs are free: the
-/// heap has given back most of what it held (the few slabs left in use,
-/// the thread's active slabs and the node lists' empty ones among them,
-/// keep segments from being free whole).
+/// Whether nine tenths or more of the segments' slabs are free: the heap
+/// has given back most of what it held (the few slabs left in use, the
+/// threads' active slabs and the node lists' empty ones among them, keep
+/// segments from being free whole). The later a heap counts as mostly
+/// free, the less of it its frees leave below the trim bound after the
+/// trim that the count starts.
 fn mostly_free(s: &Segments) -> bool {
-    s.free_slabs * 4 >= s.count * (SLABS_PER_SEGMENT - 1) * 3
+    s.free_slabs * 10 >= s.count * (SLABS_PER_SEGMENT - 1) * 9
 }
 
 /// The dirty slabs a trim gives back: those of the segments free whole, or

@@ -96,9 +96,9 @@ fn a_purge_leaves_the_free_slabs_of_a_heap_that_takes_slabs() {
     assert_eq!(cutoffs(50, delay, PurgeBy::SlowPath, false), (0, 0));
 }
 
-/// What a trim counts: in a heap a quarter of whose slabs are in use,
-/// the free slabs of segments free whole only; in a heap mostly free,
-/// every free slab. Free slabs are counted as they come and go.
+/// What a trim counts: in a heap a third of whose slabs are in use, the
+/// free slabs of segments free whole only; in a heap mostly free (nine
+/// tenths), every free slab. Free slabs are counted as they come and go.
 #[test]
 fn a_trim_counts_every_free_slab_only_in_a_heap_mostly_free() {
     let mut s = no_segments();
@@ -107,12 +107,12 @@ fn a_trim_counts_every_free_slab_only_in_a_heap_mostly_free() {
     give_slab(&mut s, taken[0], 100);
     assert!(!mostly_free(&s));
     assert_eq!((s.dirty_slabs, trimmable_slabs(&s)), (1, 0));
-    for &slab in &taken[1..5] {
+    for &slab in &taken[1..14] {
         give_slab(&mut s, slab, 100);
     }
     assert!(mostly_free(&s), "{} of 63 slabs free", s.free_slabs);
-    assert_eq!(trimmable_slabs(&s), 5);
-    for &slab in &taken[5..] {
+    assert_eq!(trimmable_slabs(&s), 14);
+    for &slab in &taken[14..] {
         give_slab(&mut s, slab, 100);
     }
     assert_eq!(
