@@ -176,7 +176,7 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     let c = unsafe { &*(opaque(c as *const ClassHeap as usize) as *const ClassHeap) };
     let len = c.sheaf_len.get();
     if len >= c.sheaf_cap.get() {
-        // No sheaf (the 8-byte class, a cold class, debug mode, a static
+        // No sheaf (a cold class, debug mode, a static
         // heap, the heap profile's slabs): the free into the slab. A
         // class heap without a sheaf has an empty one (its capacity drops
         // to 0 only while it is empty, `Heap::reset`), a full sheaf holds a

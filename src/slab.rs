@@ -98,7 +98,7 @@ pub enum Push {
     NotOwned(State),
 }
 
-/// The largest carve batch (a page of 8-byte objects).
+/// The largest carve batch (two pages of 16-byte objects).
 const MAX_RANDOM_CARVE: usize = 512;
 
 /// 64 random-looking bits for a carve: a Weyl sequence from the secret,
@@ -626,17 +626,16 @@ impl Slab {
         self.div.get().is_slot_below(offset, self.objects.get())
     }
 
-    /// Whether `p`, a slot of this slab, waits in a sheaf: its class has one
-    /// (blocks of 16 bytes or more: the 8-byte class has no second word for
-    /// the tag) and its second word is its tag (`freelist::has_sheaf_tag`).
-    /// A free of it is a double free.
+    /// Whether `p`, a slot of this slab, waits in a sheaf: its second word
+    /// is its tag (`freelist::has_sheaf_tag`). A free of it is a double
+    /// free.
     ///
     /// # Safety
     /// `p` is an object slot of this slab that the caller may read.
     #[inline(always)]
     pub unsafe fn in_a_sheaf(&self, secret: usize, p: *mut u8) -> bool {
-        // SAFETY: per the contract; read only for slots of 16 bytes or more.
-        self.size.get() >= 16 && unsafe { crate::freelist::has_sheaf_tag(secret, p) }
+        // SAFETY: per the contract; every slot is 16 bytes or more.
+        unsafe { crate::freelist::has_sheaf_tag(secret, p) }
     }
 
     /// OWNED by the heap profile, just made: every free of its blocks must
@@ -710,8 +709,8 @@ impl Slab {
             next = obj;
         };
         if options::get().freelist_random {
-            // Fisher-Yates over the batch; carve batches are at most a page
-            // of 8-byte objects, so the indices fit on the stack.
+            // Fisher-Yates over the batch; carve batches are at most
+            // `MAX_RANDOM_CARVE` objects, so the indices fit on the stack.
             let mut order = [0u16; MAX_RANDOM_CARVE];
             let n = n as usize;
             for (i, slot) in order[..n].iter_mut().enumerate() {
