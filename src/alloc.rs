@@ -19,6 +19,7 @@ use crate::os;
 use crate::prof::sample;
 use crate::release;
 use crate::segment;
+use crate::sheaf_budget;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::tls;
 
@@ -313,5 +314,6 @@ pub fn trim() {
 /// allocation of a class refills as after a thread's start.
 pub fn thread_idle() {
     free::flush_current();
+    sheaf_budget::release_current();
     release::flush_current();
 }

@@ -147,8 +147,37 @@ pub const SHEAF_MAX: usize = 32;
 /// bytes, fewer above, one from 16 KiB up (see `SHEAF_CAP`).
 const SHEAF_BYTES: usize = 16 << 10;
 
-/// Per class, the blocks its sheaf holds while the class is warm.
+/// Per class, the most blocks its sheaf holds (`sheaf_budget`).
 pub static SHEAF_CAP: [u32; NUM_CLASSES] = sheaf_caps();
+
+/// A warm class's first sheaf capacity, in bytes (`SHEAF_START`).
+const SHEAF_START_BYTES: usize = 1 << 10;
+/// The sheaf capacity a thread's classes may grow by, beyond their starts,
+/// before it takes budget from the process's (`sheaf_budget`).
+pub const SHEAF_THREAD_START_BYTES: usize = 64 << 10;
+
+/// Per class, the capacity its sheaf starts with when the class warms up:
+/// `SHEAF_START_BYTES` of blocks, at least one, at most `SHEAF_CAP`.
+pub static SHEAF_START: [u32; NUM_CLASSES] = sheaf_starts();
+
+const fn sheaf_starts() -> [u32; NUM_CLASSES] {
+    let sizes = class_sizes();
+    let caps = sheaf_caps();
+    let mut starts = [0u32; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        let n = SHEAF_START_BYTES / sizes[i] as usize;
+        starts[i] = if n == 0 {
+            1
+        } else if n as u32 > caps[i] {
+            caps[i]
+        } else {
+            n as u32
+        };
+        i += 1;
+    }
+    starts
+}
 
 const fn sheaf_caps() -> [u32; NUM_CLASSES] {
     let sizes = class_sizes();

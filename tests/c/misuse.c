@@ -190,7 +190,10 @@ static void allocate_again(void) {
  * block comes from another slab, so that (warm) theirs is not the active
  * slab and their frees go into the sheaf. */
 #define OLD 64
-#define SHEAF_CAP 32 /* size_class::SHEAF_CAP of the 48- and 64-byte classes */
+/* size_class::SHEAF_CAP of the 48-byte class: the most its sheaf holds,
+ * which it reaches at its first overflow after the thread allocated from
+ * its slab (sheaf_budget: a miss, then an overflow). */
+#define SHEAF_CAP 32
 static char *old[OLD];
 static void leave_active_slab(void) {
     size = 48;
