@@ -152,12 +152,11 @@ fn shrink(heap: &Heap, class: usize, cap: u32) {
 fn scavenge(heap: &Heap) {
     let last = heap.sheaf_scavenged_at.get();
     let tick = heap.sheaf_overflows.get();
-    for class in 0..NUM_CLASSES {
-        let c = &heap.classes[class];
+    for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
         let cap = c.sheaf_cap.get();
         let idle = tick.wrapping_sub(c.sheaf_used.get()) >= tick.wrapping_sub(last);
-        if idle && cap > SHEAF_START[class] {
-            shrink(heap, class, (cap / 2).max(SHEAF_START[class]));
+        if idle && cap > start {
+            shrink(heap, class, (cap / 2).max(start));
         }
     }
     heap.sheaf_scavenged_at.set(tick);
@@ -168,11 +167,10 @@ fn scavenge(heap: &Heap) {
 /// every warm class's capacity back to its start, or to 0 at exit (`keep`
 /// false), and its budget beyond the start back to the pool.
 pub fn release(heap: &Heap, keep: bool) {
-    for class in 0..NUM_CLASSES {
-        let c = &heap.classes[class];
+    for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
         invariant!(c.sheaf_len.get() == 0);
         if c.sheaf_cap.get() != 0 {
-            heap.set_sheaf_cap(class, if keep { SHEAF_START[class] } else { 0 });
+            heap.set_sheaf_cap(class, if keep { start } else { 0 });
         }
     }
     give_back_budget(heap);
