@@ -63,7 +63,10 @@ impl Counters {
         // Kept under the switch: a gauge, and the sheaves' demand signal
         // (`sheaf_budget`).
         if cfg!(slubmalloc_bench_no_counters)
-            && !matches!(ev, Ev::ThreadPartial | Ev::AllocFast | Ev::SheafCapacity)
+            && !matches!(
+                ev,
+                Ev::ThreadPartial | Ev::AllocFast | Ev::SheafFromBarn | Ev::SheafCapacity
+            )
         {
             return;
         }

@@ -75,8 +75,8 @@ pub struct ClassHeap {
     /// (descriptors are 128 bytes apart): the `ADOPT_AFTER_FREES`th adopts
     /// it (`free::free_unowned`).
     pub last_listed_free: Cell<usize>,
-    /// The class's `Ev::AllocFast` count at its sheaf's last overflow: an
-    /// overflow that finds it changed follows a miss (`sheaf_budget`).
+    /// The class's `misses` at its sheaf's last overflow: an overflow that
+    /// finds them changed follows a miss (`sheaf_budget`).
     pub sheaf_demand: Cell<u64>,
     /// The heap's `sheaf_overflows` at the class's last overflow.
     pub sheaf_used: Cell<u32>,
@@ -198,6 +198,13 @@ impl ClassHeap {
         self.partial.take_all()
     }
 
+    /// The class's allocations that found its sheaf empty: those of the
+    /// detached list, and the sheaves taken from the barn (each one empty
+    /// sheaf refilled).
+    pub fn misses(&self) -> u64 {
+        self.ev.get(Ev::AllocFast) + self.ev.get(Ev::SheafFromBarn)
+    }
+
     /// The block on top of the sheaf, or null if it is empty.
     #[inline(always)]
     pub fn sheaf_top(&self, len: u32) -> *mut u8 {
@@ -315,7 +322,7 @@ impl Heap {
         self.warm.set(self.warm.get() | 1 << class);
         if !options::get().debug {
             let c = &self.classes[class];
-            c.sheaf_demand.set(c.ev.get(Ev::AllocFast));
+            c.sheaf_demand.set(c.misses());
             self.set_sheaf_cap(class, SHEAF_START[class]);
         }
         // Relaxed: nothing is published; a give-back that still reads

@@ -1,9 +1,9 @@
 //! The sheaves' capacities, sized by demand within byte budgets (as
 //! gperftools' thread caches and jemalloc's tcache GC size theirs). A class
 //! that warms up starts with a sheaf of `size_class::SHEAF_START` blocks
-//! (`Heap::warm_up`); it doubles, up to `SHEAF_CAP`, when the thread overflows it
-//! after a miss, that is, after allocations of the class went past an
-//! empty sheaf to the slab since its last overflow (the thread reuses what
+//! (`Heap::warm_up`); it doubles, up to `SHEAF_CAP`, when the thread
+//! overflows it after a miss, that is, after allocations of the class went
+//! past an empty sheaf, to the slab or the barn, since its last overflow (the thread reuses what
 //! it frees: a thread that only frees what others allocate never grows
 //! its sheaves, whose full ones go to the barn). Capacity beyond the starts
 //! is charged in bytes against the thread's budget,
@@ -51,9 +51,9 @@ pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
     let tick = heap.sheaf_overflows.get().wrapping_add(1);
     heap.sheaf_overflows.set(tick);
     c.sheaf_used.set(tick);
-    let allocs = c.ev.get(Ev::AllocFast);
-    if allocs != c.sheaf_demand.get() {
-        c.sheaf_demand.set(allocs);
+    let misses = c.misses();
+    if misses != c.sheaf_demand.get() {
+        c.sheaf_demand.set(misses);
         grow(heap, class);
     }
     if tick.wrapping_sub(heap.sheaf_scavenged_at.get()) >= SCAVENGE_OVERFLOWS {
