@@ -11,10 +11,10 @@
 //! grown in `BUDGET_STEP` steps up to `THREAD_MAX_BYTES` from the process's
 //! pool of `POOL_BYTES`; a thread at its budget takes the capacity it needs
 //! from its least recently overflowed classes first. Every
-//! `SCAVENGE_OVERFLOWS` overflows, the classes that did not overflow since
-//! the last scavenge halve their capacity (not below the start) and flush
-//! what no longer fits, so a class the thread stopped freeing gives its
-//! blocks back without a purge; steps of budget no longer used go back to
+//! `SCAVENGE_OVERFLOWS` overflows, the classes whose sheaves neither
+//! overflowed nor ran empty since the last scavenge halve their capacity
+//! (not below the start) and flush what no longer fits, so a class the
+//! thread stopped using gives its blocks back without a purge; steps of budget no longer used go back to
 //! the pool. A thread's exit, and `thread_idle`, give back all of it.
 //!
 //! All of it runs on the free slow path (`fastpath::free_no_room`), at
@@ -147,14 +147,17 @@ fn shrink(heap: &Heap, class: usize, cap: u32) {
     heap.set_sheaf_cap(class, cap);
 }
 
-/// Halves the capacity of every class that did not overflow since the last
-/// scavenge (not below its start), and gives unused budget back.
+/// Halves the capacity of every class whose sheaf neither overflowed nor
+/// ran empty since the last scavenge (not below its start): its length
+/// stayed above zero, so some of its blocks were not needed (jemalloc's
+/// tcache GC flushes by that low-water mark); gives unused budget back.
 fn scavenge(heap: &Heap) {
     let last = heap.sheaf_scavenged_at.get();
     let tick = heap.sheaf_overflows.get();
     for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
         let cap = c.sheaf_cap.get();
-        let idle = tick.wrapping_sub(c.sheaf_used.get()) >= tick.wrapping_sub(last);
+        let idle = tick.wrapping_sub(c.sheaf_used.get()) >= tick.wrapping_sub(last)
+            && c.misses() == c.sheaf_demand.get();
         if idle && cap > start {
             shrink(heap, class, (cap / 2).max(start));
         }
