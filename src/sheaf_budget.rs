@@ -9,9 +9,9 @@
 //! is charged in bytes against the thread's budget,
 //! `SHEAF_THREAD_START_BYTES` at first,
 //! grown in `BUDGET_STEP` steps up to `THREAD_MAX_BYTES` from the process's
-//! pool of `POOL_BYTES`; a thread at its budget takes the capacity it needs
-//! from its least recently overflowed classes first. Every
-//! `SCAVENGE_OVERFLOWS` overflows, the classes whose sheaves neither
+//! pool of `POOL_BYTES`; a thread at its budget grows no further until the
+//! scavenger frees some. Every
+//! `SCAVENGE_OVERFLOWS` overflows per class in use, the classes whose sheaves neither
 //! overflowed nor ran empty since the last scavenge halve their capacity
 //! (not below the start) and flush what no longer fits, so a class the
 //! thread stopped using gives its blocks back without a purge; steps of budget no longer used go back to
@@ -35,8 +35,11 @@ const BUDGET_STEP: usize = 64 << 10;
 /// The budget the threads together may take beyond their starts
 /// (`counters::Global::sheaf_budget_taken` counts what they took).
 const POOL_BYTES: u64 = 32 << 20;
-/// Overflows of a thread's sheaves between two scavenges.
-const SCAVENGE_OVERFLOWS: u32 = 64;
+/// Overflows of a thread's sheaves between two scavenges, per class the
+/// thread uses (jemalloc's tcache GC visits one bin per pass, so each bin
+/// once per so many passes): a thread that cycles through many classes
+/// overflows each of them within the window.
+const SCAVENGE_OVERFLOWS: u32 = 16;
 
 /// The bytes of `blocks` blocks of `class`.
 fn bytes(class: usize, blocks: u32) -> usize {
@@ -56,14 +59,15 @@ pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
         c.sheaf_demand.set(misses);
         grow(heap, class);
     }
-    if tick.wrapping_sub(heap.sheaf_scavenged_at.get()) >= SCAVENGE_OVERFLOWS {
+    let window = SCAVENGE_OVERFLOWS * heap.warm_classes().count_ones().max(4);
+    if tick.wrapping_sub(heap.sheaf_scavenged_at.get()) >= window {
         scavenge(heap);
     }
 }
 
 /// Doubles `class`'s capacity, up to its most, if the budget allows it
-/// (taking budget from the pool, or capacity from the least recently
-/// overflowed classes, as needed).
+/// (taking budget from the pool as needed). A thread at its budget grows
+/// no further until the scavenger frees capacity of its idle classes.
 fn grow(heap: &Heap, class: usize) {
     let cap = heap.classes[class].sheaf_cap.get();
     let want = (cap * 2).min(SHEAF_CAP[class]);
@@ -72,7 +76,7 @@ fn grow(heap: &Heap, class: usize) {
     }
     let need = bytes(class, want - cap);
     while heap.sheaf_bytes.get() + need > budget(heap) {
-        if !take_budget(heap) && !shrink_least_used(heap, class) {
+        if !take_budget(heap) {
             return;
         }
     }
@@ -116,22 +120,6 @@ fn give_back_budget(heap: &Heap) {
 /// What `heap`'s capacities may hold beyond their starts.
 fn budget(heap: &Heap) -> usize {
     SHEAF_THREAD_START_BYTES + heap.sheaf_taken.get()
-}
-
-/// Shrinks the least recently overflowed class but `except` whose
-/// capacity is above its start back to its start; false if there is none.
-fn shrink_least_used(heap: &Heap, except: usize) -> bool {
-    let tick = heap.sheaf_overflows.get();
-    let victim = (0..NUM_CLASSES)
-        .filter(|&k| k != except && heap.classes[k].sheaf_cap.get() > SHEAF_START[k])
-        .max_by_key(|&k| tick.wrapping_sub(heap.classes[k].sheaf_used.get()));
-    match victim {
-        Some(k) => {
-            shrink(heap, k, SHEAF_START[k]);
-            true
-        }
-        None => false,
-    }
 }
 
 /// Sets `class`'s capacity to `cap` (not above it), flushing the oldest

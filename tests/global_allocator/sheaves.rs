@@ -455,3 +455,67 @@ fn a_class_its_thread_stops_using_gives_its_sheaf_back() {
     assert_eq!(idle - before.sheaf_capacity, start, "thread_idle left a capacity above the start");
     assert!(other().sheaf_capacity >= before.sheaf_capacity);
 }
+
+/// The threads together take at most the process's pool of sheaf budget
+/// (32 MiB) beyond what each may grow on its own (64 KiB): 160 threads
+/// that each grow the sheaves of 32 classes of 1-15 KiB to their most
+/// (about 340 KiB beyond their starts each, 53 MiB in all) hold no more
+/// than the pool, their own budgets and their starts; all of it comes back
+/// as they exit.
+#[test]
+fn the_threads_sheaves_grow_within_the_process_pool() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    const THREADS: usize = 160;
+    // 32 classes from 1 KiB to 15 KiB, 8 per doubling: their sheaves grow
+    // from one block to 16 KiB of blocks.
+    let sizes: Vec<usize> = (0..32)
+        .map(|i| (1024 << (i / 8)) + (128 << (i / 8)) * (i % 8))
+        .collect();
+    let capacity = || -> u64 {
+        let s = slubmalloc::stats();
+        sizes
+            .iter()
+            .map(|&n| {
+                let c = s.cache_for_size(n).unwrap();
+                c.sheaf_capacity * c.object_size
+            })
+            .sum()
+    };
+    let before = capacity();
+    let grown = std::sync::Arc::new(std::sync::Barrier::new(THREADS + 1));
+    let measured = std::sync::Arc::new(std::sync::Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (sizes, grown, measured) = (sizes.clone(), grown.clone(), measured.clone());
+            thread::spawn(move || {
+                // Rounds of reuse: each doubles every sheaf not at its most.
+                for _ in 0..6 {
+                    for &n in &sizes {
+                        let v: Vec<Box<[u8]>> =
+                            (0..20).map(|_| vec![1u8; n].into_boxed_slice()).collect();
+                        drop(v);
+                    }
+                }
+                grown.wait();
+                measured.wait();
+            })
+        })
+        .collect();
+    grown.wait();
+    let held = capacity() - before;
+    measured.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let starts: u64 = sizes
+        .iter()
+        .map(|&n| slubmalloc::class_size(n).unwrap() as u64)
+        .sum();
+    let bound = THREADS as u64 * ((64 << 10) + starts) + (32 << 20);
+    eprintln!("the sheaves may hold {held} bytes, at most {bound}");
+    assert!(held <= bound, "the sheaves may hold {held} bytes, beyond the budgets' {bound}");
+    assert!(held > bound - (8 << 20), "the sheaves did not grow to the budgets: {held} of {bound}");
+    assert_eq!(capacity(), before, "exited threads' sheaves hold capacity");
+}
