@@ -17,6 +17,29 @@
 //! before it hands the block out, a flush before the slab takes it, and
 //! what is left in sheaves is checked when the thread exits (the flush) or
 //! the process does (`check_at_exit`).
+//!
+//! Where a block of a slab can be, and who moves it on (the sheaf's
+//! operations are the rows that name one):
+//!
+//! | state | held in | moved on by |
+//! |---|---|---|
+//! | uncarved | its slab past `Slab::carved` | the owner's refill carves it onto the detached list |
+//! | on the detached list | `ClassHeap::detached` (the owner's active slab) | the allocation fast path hands it out; giving the slab up puts the list back on the slab |
+//! | on a slab's local list | `Slab::local_free` | the owner's refill (onto the detached list), a listed slab's allocation under the node lock |
+//! | on a slab's remote list | the slab's state word | the owner takes the whole list onto the local one |
+//! | handed out | the program | a free: onto the thread's sheaf (`fastpath::free`), or into its slab (`fastpath::free_to_slab`, `remote_free::free_slow`) |
+//! | in a sheaf | `ClassHeap::sheaf[1..=sheaf_len]`, its tag in its second word | `pop` hands it out; `free::flush_oldest` makes it part of a flush run; a full sheaf goes whole to the barn (`fastpath::free_no_room`); a shrunk capacity flushes the oldest (`sheaf_budget`) |
+//! | in a barn | `barn::BARNS[class]`, under its lock | an empty sheaf takes it (`refill::take_from_barn`); `free::flush_barns` makes it part of a flush run |
+//! | in a flush run | `free::flush_blocks`' runs of one slab, checked | linked onto its slab's local list (the owner) or remote list (anyone else) |
+//! | stashed | `ClassHeap::stash`, debug mode only | debug mode's refill puts it back on the detached list |
+//!
+//! A sheaf's capacity (`ClassHeap::sheaf_cap`) is 0 when its class heap
+//! has no sheaf: a class cold in the thread (its blocks come from shared
+//! slabs), debug mode (every free takes the slow path, where its checks
+//! are), a static heap (before the thread's heap exists, and after its
+//! exit), and the class heap of the heap profile's slabs
+//! (`heap::Heap::no_sheaf`). A warm class's capacity is sized by demand
+//! (`sheaf_budget`).
 
 use crate::counters::Ev;
 use crate::freelist::{take_sheaf_block, SheafBlock, HARDENING};

@@ -24,7 +24,7 @@
 use crate::counters::{global, Ev};
 use crate::free::flush_oldest;
 use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
-use crate::size_class::{CLASS_BYTES, NUM_CLASSES, SHEAF_CAP, SHEAF_START, SHEAF_THREAD_START_BYTES};
+use crate::size_class::{CLASS_BYTES, SHEAF_CAP, SHEAF_START, SHEAF_THREAD_START_BYTES};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
@@ -91,11 +91,12 @@ fn take_budget(heap: &Heap) -> bool {
     }
     // Relaxed: a count; nothing is published through it.
     let step = BUDGET_STEP as u64;
-    let taken = global().sheaf_budget_taken.fetch_update(
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-        |taken| (taken + step <= POOL_BYTES).then_some(taken + step),
-    );
+    let taken =
+        global()
+            .sheaf_budget_taken
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
+                (taken + step <= POOL_BYTES).then_some(taken + step)
+            });
     if taken.is_err() {
         return false;
     }

@@ -432,12 +432,19 @@ fn a_class_its_thread_stops_using_gives_its_sheaf_back() {
         // Another class, freed and allocated again: many overflows of its
         // sheaf, none of this one's.
         for _ in 0..200 {
-            let v: Vec<Box<[u8]>> = (0..200).map(|_| vec![1u8; OTHER].into_boxed_slice()).collect();
+            let v: Vec<Box<[u8]>> = (0..200)
+                .map(|_| vec![1u8; OTHER].into_boxed_slice())
+                .collect();
             drop(v);
         }
         let c = class();
         slubmalloc::thread_idle();
-        (grown, c.sheaf_capacity, c.sheaf_scavenged, class().sheaf_capacity)
+        (
+            grown,
+            c.sheaf_capacity,
+            c.sheaf_scavenged,
+            class().sheaf_capacity,
+        )
     })
     .join()
     .unwrap();
@@ -452,7 +459,11 @@ fn a_class_its_thread_stops_using_gives_its_sheaf_back() {
         scavenged > before.sheaf_scavenged,
         "the shrink flushed nothing"
     );
-    assert_eq!(idle - before.sheaf_capacity, start, "thread_idle left a capacity above the start");
+    assert_eq!(
+        idle - before.sheaf_capacity,
+        start,
+        "thread_idle left a capacity above the start"
+    );
     assert!(other().sheaf_capacity >= before.sheaf_capacity);
 }
 
@@ -515,7 +526,13 @@ fn the_threads_sheaves_grow_within_the_process_pool() {
         .sum();
     let bound = THREADS as u64 * ((64 << 10) + starts) + (32 << 20);
     eprintln!("the sheaves may hold {held} bytes, at most {bound}");
-    assert!(held <= bound, "the sheaves may hold {held} bytes, beyond the budgets' {bound}");
-    assert!(held > bound - (8 << 20), "the sheaves did not grow to the budgets: {held} of {bound}");
+    assert!(
+        held <= bound,
+        "the sheaves may hold {held} bytes, beyond the budgets' {bound}"
+    );
+    assert!(
+        held > bound - (8 << 20),
+        "the sheaves did not grow to the budgets: {held} of {bound}"
+    );
     assert_eq!(capacity(), before, "exited threads' sheaves hold capacity");
 }
