@@ -16,6 +16,9 @@
 //! 3. `segment::SEGMENTS` or the large blocks' table (`large::LARGE`), never
 //!    both: the purge takes one after the other (`segment::purge_all`), and
 //!    neither calls out under its lock.
+//! 4. One class's barn (`barn::BARNS[class]`): its put and take copy block
+//!    pointers and take nothing under it; taken with no lock held, or under
+//!    the orphan heap's (the purger's flush of the barns).
 //!
 //! The heap registry's lock (`heap::REGISTRY`) is apart: taken with no other
 //! held (thread start and exit, the statistics and their walk), nothing taken
