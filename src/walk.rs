@@ -89,8 +89,13 @@ pub fn walk() -> Walk {
     });
     for class in 0..NUM_CLASSES {
         let barn = barn::BARNS[class].blocks();
-        caches[class].objects_in_use -=
-            free_on_slabs[class] + detached[class] + sheaves[class] + barn;
+        // Wrapping: a walk that another thread's free crosses can count a
+        // block twice (in its sheaf, then in the barn the full sheaf went
+        // to); only a walk the statistics did not move across is compared
+        // (`check_stats`), and no walk may panic.
+        caches[class].objects_in_use = caches[class]
+            .objects_in_use
+            .wrapping_sub(free_on_slabs[class] + detached[class] + sheaves[class] + barn);
         caches[class].sheaf_objects = sheaves[class];
         caches[class].barn_objects = barn;
     }
