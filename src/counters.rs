@@ -109,6 +109,10 @@ pub struct Global {
     /// mappings: written under the large-block table's lock.
     pub large_blocks_max: AtomicU64,
     pub large_bytes_max: AtomicU64,
+    /// Medium blocks live (`medium`), and the bytes of their spans: written
+    /// under the segments' lock.
+    pub medium_blocks: AtomicU64,
+    pub medium_bytes: AtomicU64,
 }
 
 /// Read through `global()`; named by the anchor (`anchor`).
@@ -126,6 +130,8 @@ pub static GLOBAL: Global = Global {
     mapped_max: AtomicU64::new(0),
     large_blocks_max: AtomicU64::new(0),
     large_bytes_max: AtomicU64::new(0),
+    medium_blocks: AtomicU64::new(0),
+    medium_bytes: AtomicU64::new(0),
 };
 
 pub fn global() -> &'static Global {

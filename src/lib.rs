@@ -120,6 +120,7 @@ mod large_cache;
 mod large_map;
 mod layout;
 mod list;
+mod medium;
 #[cfg(feature = "nightly")]
 mod nightly;
 mod node;
