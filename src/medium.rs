@@ -5,9 +5,9 @@
 //! large extents, tcmalloc's spans and mimalloc's large pages are: a
 //! program that keeps thousands of them maps no region per block, and one
 //! that frees and allocates them again reuses resident slabs. A block above
-//! the threshold, one too big for a segment's slabs (`MAX_MEDIUM_BYTES`), or
-//! one asked for with an alignment above a slab's, is a mapping of its own
-//! (`large`), made inaccessible at its free.
+//! the threshold, one above 1 MiB (`MAX_MEDIUM_BYTES`), or one asked for
+//! with an alignment above a slab's, is a mapping of its own (`large`),
+//! made inaccessible at its free.
 //!
 //! The span's first slab is SPAN with the span's length
 //! (`Slab::span_slabs`), the others SPAN with 0. All of them name the class
@@ -39,9 +39,14 @@ use crate::segment::{SLABS_PER_SEGMENT, SLAB_BYTES};
 use crate::size_class::MAX_SMALL_BYTES;
 use crate::slab::{invalid_free, Slab, State};
 
-/// The biggest medium block: every slab of a segment but the first, which
-/// holds the descriptors.
-pub const MAX_MEDIUM_BYTES: usize = (SLABS_PER_SEGMENT - 1) * SLAB_BYTES;
+/// The biggest medium block: 1 MiB, a quarter of a segment. Spans of more
+/// slabs fit in few of the segments in use, which the bounded search of
+/// `segment::span` then passes by for new ones, and their free slabs wait
+/// resident for the purge delay: a program that keeps a few blocks of up to
+/// 4 MiB and grows buffers to that size by `realloc` (`large`) kept far
+/// more memory with them as spans than as mappings, which the cache reuses
+/// and `mremap` grows.
+pub const MAX_MEDIUM_BYTES: usize = 16 * SLAB_BYTES;
 
 /// Whether a request of `size` bytes at `align` is served as a medium
 /// block: above the size classes, at most the threshold and a segment's

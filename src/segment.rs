@@ -397,7 +397,9 @@ fn trim(freed_whole: u64) {
         with_segments(|s| {
             if mostly_free(s) {
                 purge_segments_locked(s, u64::MAX, u64::MAX);
-            } else {
+            } else if s.whole_dirty_slabs != 0 {
+                // Else no segment is free whole: the dirty queue, which
+                // may hold every segment, is not walked for nothing.
                 give_back_free_segments_locked(s);
             }
         });

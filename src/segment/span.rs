@@ -54,9 +54,15 @@ pub fn take_span(slabs: usize) -> (*mut Slab, bool) {
     purge_if_due();
     let (head, dirty) = with_segments(|s| take_span_locked(s, slabs));
     if !head.is_null() {
+        // Each call is a locked add: none for nothing.
         let dirty_bytes = dirty as u64 * SLAB_BYTES as u64;
-        purge::count_taken(dirty_bytes, false);
-        purge::count_taken((slabs * SLAB_BYTES) as u64 - dirty_bytes, true);
+        let fresh_bytes = (slabs * SLAB_BYTES) as u64 - dirty_bytes;
+        if dirty_bytes != 0 {
+            purge::count_taken(dirty_bytes, false);
+        }
+        if fresh_bytes != 0 {
+            purge::count_taken(fresh_bytes, true);
+        }
     }
     (head, dirty == 0)
 }
