@@ -35,7 +35,7 @@ use core::ptr;
 use crate::large;
 use crate::os;
 use crate::segment::span;
-use crate::segment::{SLABS_PER_SEGMENT, SLAB_BYTES};
+use crate::segment::SLAB_BYTES;
 use crate::size_class::MAX_SMALL_BYTES;
 use crate::slab::{invalid_free, Slab, State};
 
