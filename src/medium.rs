@@ -5,7 +5,7 @@
 //! large extents, tcmalloc's spans and mimalloc's large pages are: a
 //! program that keeps thousands of them maps no region per block, and one
 //! that frees and allocates them again reuses resident slabs. A block above
-//! the threshold, one above 1 MiB (`MAX_MEDIUM_BYTES`), or one asked for
+//! the threshold, one above 512 KiB (`MAX_MEDIUM_BYTES`), or one asked for
 //! with an alignment above a slab's, is a mapping of its own (`large`),
 //! made inaccessible at its free.
 //!
@@ -39,14 +39,15 @@ use crate::segment::SLAB_BYTES;
 use crate::size_class::MAX_SMALL_BYTES;
 use crate::slab::{invalid_free, Slab, State};
 
-/// The biggest medium block: 1 MiB, a quarter of a segment. Spans of more
-/// slabs fit in few of the segments in use, which the bounded search of
+/// The biggest medium block: 512 KiB, eight slabs. Spans of more slabs fit
+/// in fewer of the segments in use, which the bounded search of
 /// `segment::span` then passes by for new ones, and their free slabs wait
-/// resident for the purge delay: a program that keeps a few blocks of up to
-/// 4 MiB and grows buffers to that size by `realloc` (`large`) kept far
-/// more memory with them as spans than as mappings, which the cache reuses
-/// and `mremap` grows.
-pub const MAX_MEDIUM_BYTES: usize = 16 * SLAB_BYTES;
+/// resident for the purge delay, on top of what the mappings' cache keeps:
+/// a program that keeps a few blocks of up to 4 MiB and grows buffers to
+/// that size by `realloc` (`large`) kept more memory with them as spans
+/// than as mappings, which the cache reuses and `mremap` grows (with half
+/// a segment, several times more; with 1 MiB, a little more).
+pub const MAX_MEDIUM_BYTES: usize = 8 * SLAB_BYTES;
 
 /// Whether a request of `size` bytes at `align` is served as a medium
 /// block: above the size classes, at most the threshold and a segment's

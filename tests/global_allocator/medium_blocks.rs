@@ -86,7 +86,7 @@ fn a_block_no_bigger_than_a_big_block_freed_before_comes_from_a_segment() {
     };
     // Bigger than any block the test harness freed before, and the biggest
     // a medium block may be.
-    let l = layout(1 << 20, 8);
+    let l = layout(512 << 10, 8);
     let before = totals();
     let first = take(l);
     assert_eq!(
@@ -96,7 +96,7 @@ fn a_block_no_bigger_than_a_big_block_freed_before_comes_from_a_segment() {
     );
     // SAFETY: allocated with `l`.
     unsafe { dealloc(first, l) };
-    // The free raised the threshold to 1 MiB, as glibc's: the next ones
+    // The free raised the threshold to 512 KiB, as glibc's: the next ones
     // are spans.
     let mut blocks: Vec<*mut u8> = Vec::with_capacity(20);
     let before = totals();
