@@ -50,8 +50,8 @@ use crate::slab::{invalid_free, Slab, State};
 pub const MAX_MEDIUM_BYTES: usize = 8 * SLAB_BYTES;
 
 /// Whether a request of `size` bytes at `align` is served as a medium
-/// block: above the size classes, at most the threshold and a segment's
-/// slabs, at an alignment a slab's start has.
+/// block: above the size classes, at most the threshold and
+/// `MAX_MEDIUM_BYTES`, at an alignment a slab's start has.
 #[inline]
 pub fn serves(size: usize, align: usize) -> bool {
     size > MAX_SMALL_BYTES
@@ -85,12 +85,12 @@ pub fn block_bytes(slab: &Slab, p: *mut u8) -> Option<usize> {
     (slab.state() == State::Span && slabs != 0 && p == slab.start()).then_some(slabs * SLAB_BYTES)
 }
 
-/// Whether the free of `p`, in `slab`, one of the slabs whose frees all take
-/// the free slow path that the heap profile does not own, is the free of a
-/// live medium block (then `free` it). False if `slab` is not a medium
-/// block's (it was the heap profile's, back in its segment): the caller's
-/// free goes on. Stops the process at an address in a span that is not
-/// its block's start, and at the start of a span freed already.
+/// Whether the free of `p` is the free of a live medium block (then `free`
+/// it). `slab`, the slab of `p`, names the class heap with no sheaf and is
+/// not the heap profile's. False if it is not a medium block's slab (it was
+/// the heap profile's, back in its segment): the caller's free goes on.
+/// Stops the process at an address in a span that is not its block's
+/// start, and at the start of a span freed already.
 #[inline]
 pub fn is_block(slab: &Slab, p: *mut u8) -> bool {
     let head = slab.span_slabs.get() != 0 && p == slab.start();

@@ -27,7 +27,7 @@ const SPAN_SEARCH: usize = 4;
 
 /// The lowest run of `n` consecutive set bits of `mask`, as a mask (0:
 /// none). Bit i of `starts` stays set while bits i..i+k of `mask` all are;
-/// `k` doubles at each step, so a run of 63 costs six shifts.
+/// `k` doubles at each step, so a run of 8 costs three shifts.
 fn first_run(mask: u64, n: usize) -> u64 {
     invariant!((1..64).contains(&n));
     let (mut starts, mut k) = (mask, 1);
