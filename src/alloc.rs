@@ -20,10 +20,11 @@ use crate::os;
 use crate::prof::sample;
 use crate::release;
 use crate::segment::{self, slab_of};
+use crate::sheaf_budget;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::tls;
 
-/// `malloc(size)`: 16-byte aligned from 16 bytes up, 8-byte below.
+/// `malloc(size)`: 16-byte aligned, as every class is.
 #[inline(always)]
 pub fn malloc(size: usize) -> *mut u8 {
     // Up to 1 KiB, the common case, straight through: a compare and the table.
@@ -47,27 +48,21 @@ fn malloc_above_table(size: usize) -> *mut u8 {
 /// Allocation with any power-of-two alignment.
 #[inline(always)]
 pub fn alloc(size: usize, align: usize) -> *mut u8 {
-    // The common case: every class is 8-byte aligned, so up to that
+    // The common case: every class is 16-byte aligned, so up to that
     // alignment `malloc`'s choice serves, for one compare more (testing
     // `size.max(align)` and the alignment cost `__rust_alloc` more
     // instructions, a push among them: `ci/callgrind.sh`).
-    if align <= 8 {
+    if align <= 16 {
         malloc(size)
     } else {
         alloc_aligned(size, align)
     }
 }
 
-/// `alloc` for 16-byte alignment and up, out of line so that the common
-/// case falls through.
+/// `alloc` above 16-byte alignment, out of line so that the common case
+/// falls through.
 #[inline(never)]
 fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
-    // Every class from 16 bytes up is 16-byte aligned, so up to that
-    // alignment the table decides.
-    let want = size.max(align);
-    if want <= size_class::LOOKUP_MAX && align <= 16 {
-        return fastpath::alloc_scaled(size_class::scaled_class_by_table(want), size, align);
-    }
     match class_for(size, align) {
         Some(class) => fastpath::alloc(class, size, align),
         None => alloc_large(size, align, false),
@@ -341,5 +336,6 @@ pub fn trim() {
 /// allocation of a class refills as after a thread's start.
 pub fn thread_idle() {
     free::flush_current();
+    sheaf_budget::release_current();
     release::flush_current();
 }

@@ -73,8 +73,10 @@ impl Barn {
         })
     }
 
-    /// Moves the blocks of one full sheaf into `into` (from its start);
-    /// returns how many, 0 if the barn is empty.
+    /// Moves the blocks of the last full sheaf put, or as many of them as
+    /// `into` has room for (a sheaf smaller than the one put: the rest stay
+    /// in the barn), into `into` (from its start); returns how many, 0 if
+    /// the barn is empty.
     pub fn take(&self, into: &[Cell<*mut u8>]) -> u32 {
         // Relaxed: as in `put`.
         if self.full.load(Ordering::Relaxed) == 0 {
@@ -84,11 +86,16 @@ impl Barn {
             if s.full == 0 {
                 return 0;
             }
-            s.full -= 1;
-            self.full.store(s.full as u32, Ordering::Relaxed);
-            let n = s.lens[s.full] as usize;
-            for (slot, &b) in into.iter().zip(&s.blocks[s.full][..n]) {
+            let top = s.full - 1;
+            let len = s.lens[top] as usize;
+            let n = len.min(into.len());
+            for (slot, &b) in into.iter().zip(&s.blocks[top][len - n..len]) {
                 slot.set(b);
+            }
+            s.lens[top] = (len - n) as u32;
+            if len == n {
+                s.full = top;
+                self.full.store(s.full as u32, Ordering::Relaxed);
             }
             n as u32
         })

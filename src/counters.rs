@@ -36,10 +36,15 @@ pub enum Ev {
     SheafToBarn,
     /// Blocks this thread's empty sheaf took from the barn.
     SheafFromBarn,
+    /// A gauge: the blocks this thread's sheaf of the class may hold
+    /// (`sheaf_budget`).
+    SheafCapacity,
+    /// Blocks flushed from the sheaf because its capacity shrank.
+    SheafScavenged,
 }
 
 impl Ev {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 18;
 }
 
 /// One thread's counters for one class. Single writer (the owning thread).
@@ -55,7 +60,14 @@ impl Counters {
     /// `add` to memory, with no lock prefix.
     #[inline(always)]
     pub fn add(&self, ev: Ev, n: u64) {
-        if cfg!(slubmalloc_bench_no_counters) && !matches!(ev, Ev::ThreadPartial) {
+        // Kept under the switch: a gauge, and the sheaves' demand signal
+        // (`sheaf_budget`).
+        if cfg!(slubmalloc_bench_no_counters)
+            && !matches!(
+                ev,
+                Ev::ThreadPartial | Ev::AllocFast | Ev::SheafFromBarn | Ev::SheafCapacity
+            )
+        {
             return;
         }
         let c = &self.0[ev as usize];
@@ -78,6 +90,10 @@ impl Counters {
         for c in self.0.iter().filter(|c| c.load(Ordering::Relaxed) != 0) {
             c.store(0, Ordering::Relaxed);
         }
+    }
+
+    pub fn get(&self, ev: Ev) -> u64 {
+        self.get_index(ev as usize)
     }
 
     pub fn get_index(&self, i: usize) -> u64 {
@@ -113,6 +129,10 @@ pub struct Global {
     /// under the segments' lock.
     pub medium_blocks: AtomicU64,
     pub medium_bytes: AtomicU64,
+    /// Sheaf budget the threads took from the process's pool
+    /// (`sheaf_budget`), in bytes: the pool's state, not yet in the
+    /// statistics (the anchor would have to name it for slubtop).
+    pub sheaf_budget_taken: AtomicU64,
 }
 
 /// Read through `global()`; named by the anchor (`anchor`).
@@ -132,6 +152,7 @@ pub static GLOBAL: Global = Global {
     large_bytes_max: AtomicU64::new(0),
     medium_blocks: AtomicU64::new(0),
     medium_bytes: AtomicU64::new(0),
+    sheaf_budget_taken: AtomicU64::new(0),
 };
 
 pub fn global() -> &'static Global {

@@ -19,6 +19,7 @@ use crate::refill::alloc_slow;
 use crate::remote_free::free_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::sheaf;
+use crate::sheaf_budget;
 use crate::size_class::NUM_CLASSES;
 use crate::slab::{double_free, invalid_free, Slab, State};
 use crate::sync::{invariant, Ordering};
@@ -176,7 +177,7 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     let c = unsafe { &*(opaque(c as *const ClassHeap as usize) as *const ClassHeap) };
     let len = c.sheaf_len.get();
     if len >= c.sheaf_cap.get() {
-        // No sheaf (the 8-byte class, a cold class, debug mode, a static
+        // No sheaf (a cold class, debug mode, a static
         // heap, the heap profile's slabs): the free into the slab. A
         // class heap without a sheaf has an empty one (its capacity drops
         // to 0 only while it is empty, `Heap::reset`), a full sheaf holds a
@@ -223,6 +224,14 @@ fn free_no_room(p: *mut u8) {
     let slab = unsafe { &*slab_of(p) };
     // SAFETY: as for `free`.
     let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
+    let class = slab.class.get() as usize;
+    // SAFETY: a heap with a sheaf is a thread's own, live heap.
+    sheaf_budget::overflowed(unsafe { &*heap }, c, class);
+    if c.sheaf_len.get() < c.sheaf_cap.get() {
+        // The sheaf grew: the thread reuses what it frees.
+        // SAFETY: as for `free`; the sheaf has room.
+        return unsafe { free(p) };
+    }
     let cap = c.sheaf_cap.get();
     // The whole sheaf into the class's barn, for another thread whose sheaf
     // runs empty, if its oldest block is of a slab another heap owns:
@@ -230,7 +239,6 @@ fn free_no_room(p: *mut u8) {
     // back with one splice, those of slabs no heap owns, FULL or listed,
     // are a single thread's past: a single-threaded program has nobody to
     // serve); else, or the barn full, the older half back to the slabs.
-    let class = slab.class.get() as usize;
     // SAFETY: a block the full sheaf holds, in one of our segments.
     // Relaxed: a hint of where the sheaf goes; nothing is read through it.
     let owner = unsafe { &*slab_of(c.sheaf_top(1)) }

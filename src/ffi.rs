@@ -74,8 +74,8 @@ pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, align: usize, size: 
     unsafe { alloc::free_asked(p.cast(), &asked) }
 }
 
-/// What a block of `malloc(size)` (8-byte aligned below 16 bytes),
-/// `calloc` or `realloc` (16-byte aligned) may have been asked as.
+/// What a block of `malloc(size)`, `calloc` or `realloc` may have been
+/// asked as.
 pub fn malloc_family(size: usize) -> [Asked; 2] {
     [
         Asked { size, align: 1 },

@@ -180,7 +180,7 @@ pub unsafe fn clear_link(obj: *mut u8) {
     unsafe { store_link_word(obj, 0) };
 }
 
-/// The largest carve batch (a page of 8-byte objects).
+/// The largest carve batch (two pages of 16-byte objects).
 pub const MAX_CARVE: usize = 512;
 
 /// 64 random-looking bits for a carve: a Weyl sequence from the secret,
@@ -211,8 +211,8 @@ pub unsafe fn link_slots(base: usize, size: usize, n: usize, random: bool) -> *m
         next = obj;
     };
     if random {
-        // Fisher-Yates over the batch; carve batches are at most a page
-        // of 8-byte objects, so the indices fit on the stack.
+        // Fisher-Yates over the batch; carve batches are at most
+        // `MAX_CARVE` objects, so the indices fit on the stack.
         let mut order = [0u16; MAX_CARVE];
         for (i, slot) in order[..n].iter_mut().enumerate() {
             *slot = i as u16;

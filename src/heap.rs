@@ -21,7 +21,9 @@ use crate::options;
 use crate::os;
 use crate::purge;
 use crate::segment::SLAB_BYTES;
-use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_CAP, SHEAF_MAX};
+use crate::size_class::{
+    CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_CAP, SHEAF_MAX, SHEAF_START,
+};
 use crate::slab::Slab;
 use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering};
 
@@ -41,9 +43,10 @@ pub const MAX_THREAD_PARTIAL: u32 = 32;
 pub struct ClassHeap {
     /// Blocks in the sheaf: `sheaf[1..=sheaf_len]`, the top last.
     pub sheaf_len: Cell<u32>,
-    /// The sheaf's capacity: `size_class::SHEAF_CAP` while the class is
-    /// warm (outside debug mode), else 0, so that every free of the class
-    /// finds the sheaf full and takes the slow path.
+    /// The sheaf's capacity while the class is warm (outside debug mode),
+    /// sized by demand (`sheaf_budget`), from `size_class::SHEAF_START` up
+    /// to `SHEAF_CAP`; else 0, so that every free of the class finds the
+    /// sheaf full and takes the slow path. Set by `Heap::set_sheaf_cap`.
     pub sheaf_cap: Cell<u32>,
     pub active: Cell<*mut Slab>,
     /// Free objects of `active`, detached from it: the allocation fast
@@ -72,6 +75,11 @@ pub struct ClassHeap {
     /// (descriptors are 128 bytes apart): the `ADOPT_AFTER_FREES`th adopts
     /// it (`free::free_unowned`).
     pub last_listed_free: Cell<usize>,
+    /// The class's `misses` at its sheaf's last overflow: an overflow that
+    /// finds them changed follows a miss (`sheaf_budget`).
+    pub sheaf_demand: Cell<u64>,
+    /// The heap's `sheaf_overflows` at the class's last overflow.
+    pub sheaf_used: Cell<u32>,
 }
 
 const _: () = assert!(core::mem::size_of::<ClassHeap>() == crate::size_class::CLASS_SCALE);
@@ -121,6 +129,16 @@ pub struct Heap {
     pub idle_allocs: [Cell<u32>; NUM_CLASSES],
     pub idle_since: [Cell<u32>; NUM_CLASSES],
     pub idle_frees: [Cell<u32>; NUM_CLASSES],
+    /// The bytes of sheaf capacity the warm classes hold beyond their
+    /// starts, and the budget the heap took from the process's pool
+    /// (`sheaf_budget`): they may hold `SHEAF_THREAD_START_BYTES` more than
+    /// it. Both 0 in a heap just mapped.
+    pub sheaf_bytes: Cell<usize>,
+    pub sheaf_taken: Cell<usize>,
+    /// The sheaves' overflows, and their count at the last scavenge
+    /// (`sheaf_budget`): the clock of their capacities.
+    pub sheaf_overflows: Cell<u32>,
+    pub sheaf_scavenged_at: Cell<u32>,
 }
 
 const _: () = assert!(NUM_CLASSES <= 64, "`Heap::warm` has a bit per class");
@@ -180,6 +198,13 @@ impl ClassHeap {
         self.partial.take_all()
     }
 
+    /// The class's allocations that found its sheaf empty: those of the
+    /// detached list, and the sheaves taken from the barn (each one empty
+    /// sheaf refilled).
+    pub fn misses(&self) -> u64 {
+        self.ev.get(Ev::AllocFast) + self.ev.get(Ev::SheafFromBarn)
+    }
+
     /// The block on top of the sheaf, or null if it is empty.
     #[inline(always)]
     pub fn sheaf_top(&self, len: u32) -> *mut u8 {
@@ -210,6 +235,8 @@ impl ClassHeap {
             stash: Cell::new(ptr::null_mut()),
             returned: AtomicPtr::new(ptr::null_mut()),
             last_listed_free: Cell::new(0),
+            sheaf_demand: Cell::new(0),
+            sheaf_used: Cell::new(0),
         }
     }
 }
@@ -262,6 +289,13 @@ impl Heap {
             self.idle_frees[class].set(0);
         }
         self.warm.set(0);
+        // Its thread's exit left the capacities and the budget taken at 0;
+        // a thread lost in a fork left them as they were (the pool's steps
+        // it held stay taken in the child).
+        self.sheaf_bytes.set(0);
+        self.sheaf_taken.set(0);
+        self.sheaf_overflows.set(0);
+        self.sheaf_scavenged_at.set(0);
         self.next.set(ptr::null_mut());
         self.prev.set(ptr::null_mut());
     }
@@ -287,7 +321,9 @@ impl Heap {
         }
         self.warm.set(self.warm.get() | 1 << class);
         if !options::get().debug {
-            self.classes[class].sheaf_cap.set(SHEAF_CAP[class]);
+            let c = &self.classes[class];
+            c.sheaf_demand.set(c.misses());
+            self.set_sheaf_cap(class, SHEAF_START[class]);
         }
         // Relaxed: nothing is published; a give-back that still reads
         // CLOSED adopts its slab instead, as it would have before.
@@ -315,7 +351,27 @@ impl Heap {
             idle_allocs: [const { Cell::new(0) }; NUM_CLASSES],
             idle_since: [const { Cell::new(0) }; NUM_CLASSES],
             idle_frees: [const { Cell::new(0) }; NUM_CLASSES],
+            sheaf_bytes: Cell::new(0),
+            sheaf_taken: Cell::new(0),
+            sheaf_overflows: Cell::new(0),
+            sheaf_scavenged_at: Cell::new(0),
         }
+    }
+
+    /// Sets `class`'s sheaf capacity to `cap` (its blocks fit in it),
+    /// charging what lies beyond the class's start to the heap's sheaf
+    /// bytes, and counting it.
+    pub fn set_sheaf_cap(&self, class: usize, cap: u32) {
+        let c = &self.classes[class];
+        let old = c.sheaf_cap.get();
+        invariant!(c.sheaf_len.get() <= cap && cap <= SHEAF_CAP[class]);
+        let bytes = |blocks: u32| {
+            blocks.saturating_sub(SHEAF_START[class]) as usize * CLASS_BYTES[class] as usize
+        };
+        self.sheaf_bytes
+            .set(self.sheaf_bytes.get() - bytes(old) + bytes(cap));
+        c.sheaf_cap.set(cap);
+        c.ev.add(Ev::SheafCapacity, (cap as u64).wrapping_sub(old as u64));
     }
 
     /// The allocation fast path's profile countdown: subtracts `size` from

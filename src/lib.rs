@@ -138,6 +138,7 @@ mod report;
 mod segment;
 mod shared;
 mod sheaf;
+mod sheaf_budget;
 mod size_class;
 mod slab;
 mod stats;
@@ -199,8 +200,9 @@ pub fn trim() {
 /// kernel. Nothing else changes: the thread may allocate again at once
 /// (its first allocations of each class then take the slow path). A
 /// thread's exit does the same. An idle thread that never calls it keeps,
-/// per size class it used, its sheaf (at most 32 blocks and 16 KiB, one
-/// block above), an active slab and up to 32 partial slabs of 64 KiB, and
+/// per size class it used, its sheaf (its capacity, grown by the thread's
+/// demand within its budget: at most 32 blocks and 16 KiB of a class, one
+/// block above, and 1 MiB beyond the classes' starts), an active slab and up to 32 partial slabs of 64 KiB, and
 /// the slabs it filled that other threads' frees handed back to it since
 /// its last refill.
 pub fn thread_idle() {

@@ -121,7 +121,7 @@ fn take_from_barn(heap: &Heap, class: usize) -> Option<*mut u8> {
     if c.sheaf_cap.get() == 0 || c.sheaf_len.get() != 0 || !ptr::eq(heap, current()) {
         return None;
     }
-    let n = barn::BARNS[class].take(&c.sheaf[1..]);
+    let n = barn::BARNS[class].take(&c.sheaf[1..=c.sheaf_cap.get() as usize]);
     if n == 0 {
         return None;
     }

@@ -1,4 +1,4 @@
-//! Size classes: 8 B, 16..128 B in steps of 16, four classes per doubling up
+//! Size classes: 16..128 B in steps of 16, four classes per doubling up
 //! to 1 KiB, then eight per doubling up to 32 KiB (at most 12.5% lost to
 //! rounding where blocks are big enough for it to matter), then 40, 48 and
 //! 64 KiB, one block to a slab: blocks of 32-64 KiB come from slabs, not
@@ -26,8 +26,13 @@ pub fn segment_of(p: usize) -> usize {
     p & !(SEGMENT_BYTES - 1)
 }
 
-/// Size classes served from slabs.
-pub const NUM_CLASSES: usize = 64;
+/// Size classes served from slabs. The smallest is 16 bytes, as macOS's
+/// and snmalloc's are: every block is 16-byte aligned, as glibc's are, and
+/// has a second word for its sheaf tag, so every class has a sheaf (an
+/// 8-byte class without one made both fast paths' sheaf tests alternate
+/// with the class, a misprediction per call for a program mixing 8-byte
+/// blocks with bigger ones: bench/report/HISTORY.md).
+pub const NUM_CLASSES: usize = 63;
 /// The largest size served from a slab; bigger requests are large blocks.
 pub const MAX_SMALL_BYTES: usize = 64 * 1024;
 /// The classes above 32 KiB, one block to a slab. The rounding loss (up to
@@ -54,10 +59,9 @@ static LOOKUP_SCALED: [u16; LOOKUP_MAX + 1] = scaled_table();
 
 const fn class_sizes() -> [u32; NUM_CLASSES] {
     let mut sizes = [0u32; NUM_CLASSES];
-    sizes[0] = 8;
-    let mut i = 1;
-    while i <= 8 {
-        sizes[i] = 16 * i as u32;
+    let mut i = 0;
+    while i < 8 {
+        sizes[i] = 16 * (i as u32 + 1);
         i += 1;
     }
     let mut base = 128u32;
@@ -87,9 +91,9 @@ pub const fn class_by_log(size: usize) -> usize {
     let n = size - 1;
     let log = (usize::BITS - 1 - n.leading_zeros()) as usize; // 7 for 129..=256
     if log < 10 {
-        9 + 4 * (log - 7) + ((n >> (log - 2)) & 3)
+        8 + 4 * (log - 7) + ((n >> (log - 2)) & 3)
     } else if log < 15 {
-        21 + 8 * (log - 10) + ((n >> (log - 3)) & 7)
+        20 + 8 * (log - 10) + ((n >> (log - 3)) & 7)
     } else {
         let quarter = (n >> 13) & 3;
         NUM_CLASSES - LARGE_TAIL.len() + if quarter < 2 { quarter } else { 2 }
@@ -101,10 +105,8 @@ const fn lookup_table() -> [u8; LOOKUP_MAX / 8 + 1] {
     let mut i = 1;
     while i < t.len() {
         let size = i * 8;
-        t[i] = if size <= 8 {
-            0
-        } else if size <= 128 {
-            size.div_ceil(16) as u8
+        t[i] = if size <= 128 {
+            (size.div_ceil(16) - 1) as u8
         } else {
             class_by_log(size) as u8
         };
@@ -145,15 +147,42 @@ pub const SHEAF_MAX: usize = 32;
 /// bytes, fewer above, one from 16 KiB up (see `SHEAF_CAP`).
 const SHEAF_BYTES: usize = 16 << 10;
 
-/// Per class, the blocks its sheaf holds (0: no sheaf). The 8-byte class
-/// has none: a block in a sheaf carries a tag in its second word
-/// (`freelist::sheaf_tag`).
+/// Per class, the most blocks its sheaf holds (`sheaf_budget`).
 pub static SHEAF_CAP: [u32; NUM_CLASSES] = sheaf_caps();
+
+/// A warm class's first sheaf capacity, in bytes (`SHEAF_START`).
+const SHEAF_START_BYTES: usize = 1 << 10;
+/// The sheaf capacity a thread's classes may grow by, beyond their starts,
+/// before it takes budget from the process's (`sheaf_budget`).
+pub const SHEAF_THREAD_START_BYTES: usize = 64 << 10;
+
+/// Per class, the capacity its sheaf starts with when the class warms up:
+/// `SHEAF_START_BYTES` of blocks, at least one, at most `SHEAF_CAP`.
+pub static SHEAF_START: [u32; NUM_CLASSES] = sheaf_starts();
+
+const fn sheaf_starts() -> [u32; NUM_CLASSES] {
+    let sizes = class_sizes();
+    let caps = sheaf_caps();
+    let mut starts = [0u32; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        let n = SHEAF_START_BYTES / sizes[i] as usize;
+        starts[i] = if n == 0 {
+            1
+        } else if n as u32 > caps[i] {
+            caps[i]
+        } else {
+            n as u32
+        };
+        i += 1;
+    }
+    starts
+}
 
 const fn sheaf_caps() -> [u32; NUM_CLASSES] {
     let sizes = class_sizes();
     let mut caps = [0u32; NUM_CLASSES];
-    let mut i = 1;
+    let mut i = 0;
     while i < NUM_CLASSES {
         let n = SHEAF_BYTES / sizes[i] as usize;
         caps[i] = if n > SHEAF_MAX {
@@ -309,7 +338,7 @@ mod tests {
 
     #[test]
     fn classes_grow_and_are_16_byte_multiples_from_16() {
-        assert_eq!(CLASS_BYTES[0], 8);
+        assert_eq!(CLASS_BYTES[0], 16);
         assert_eq!(CLASS_BYTES[NUM_CLASSES - 1] as usize, MAX_SMALL_BYTES);
         for w in CLASS_BYTES.windows(2) {
             assert!(w[0] < w[1]);

@@ -658,17 +658,16 @@ impl Slab {
         self.div.get().is_slot_below(offset, self.objects.get())
     }
 
-    /// Whether `p`, a slot of this slab, waits in a sheaf: its class has one
-    /// (blocks of 16 bytes or more: the 8-byte class has no second word for
-    /// the tag) and its second word is its tag (`freelist::has_sheaf_tag`).
-    /// A free of it is a double free.
+    /// Whether `p`, a slot of this slab, waits in a sheaf: its second word
+    /// is its tag (`freelist::has_sheaf_tag`). A free of it is a double
+    /// free.
     ///
     /// # Safety
     /// `p` is an object slot of this slab that the caller may read.
     #[inline(always)]
     pub unsafe fn in_a_sheaf(&self, secret: usize, p: *mut u8) -> bool {
-        // SAFETY: per the contract; read only for slots of 16 bytes or more.
-        self.size.get() >= 16 && unsafe { crate::freelist::has_sheaf_tag(secret, p) }
+        // SAFETY: per the contract; every slot is 16 bytes or more.
+        unsafe { crate::freelist::has_sheaf_tag(secret, p) }
     }
 
     /// OWNED by the heap profile, just made: every free of its blocks must

@@ -62,6 +62,13 @@ stat_fields! {
     sheaf_objects: Some(("sheaf", 6));
     /// Freed blocks in the class's barn: full sheaves no thread holds.
     barn_objects: Some(("barn", 6));
+    /// The blocks the live threads' sheaves of the class may hold now:
+    /// their capacities, each sized by its thread's demand.
+    sheaf_capacity: Some(("cap", 5));
+    /// Blocks flushed from sheaves because their capacity shrank: a class
+    /// its thread stopped freeing, or one that gave its capacity to another
+    /// class of the thread's.
+    sheaf_scavenged: None;
     /// Object slots in all slabs of the class.
     objects_total: Some(("total", 10));
     /// Slabs the class holds.
@@ -222,6 +229,8 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
             .wrapping_sub(to_barn)
             .wrapping_add(from_barn);
         c.barn_objects = to_barn.wrapping_sub(from_barn);
+        c.sheaf_capacity = e(Ev::SheafCapacity);
+        c.sheaf_scavenged = e(Ev::SheafScavenged);
         c.objects_in_use = c.allocs().wrapping_sub(c.frees());
         c.refill_own = e(Ev::RefillOwn);
         c.refill_partial = e(Ev::RefillPartial);

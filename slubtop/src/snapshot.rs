@@ -36,8 +36,10 @@ enum Ev {
     ThreadPartial,
     SheafToBarn,
     SheafFromBarn,
+    SheafCapacity,
+    SheafScavenged,
 }
-const EVENTS: usize = 16;
+const EVENTS: usize = 18;
 
 /// The anchor, as version 1 lays it out (src/anchor.rs).
 #[derive(Debug, Default)]
@@ -141,12 +143,14 @@ impl Anchor {
 }
 
 /// One size class, the fields of the in-process `CacheStats` in its order.
-pub const CACHE_FIELDS: [&str; 26] = [
+pub const CACHE_FIELDS: [&str; 28] = [
     "object_size",
     "objects_per_slab",
     "objects_in_use",
     "sheaf_objects",
     "barn_objects",
+    "sheaf_capacity",
+    "sheaf_scavenged",
     "objects_total",
     "slabs",
     "partial_slabs",
@@ -196,19 +200,19 @@ pub const TOTALS_FIELDS: [&str; 18] = [
 pub mod field {
     pub const OBJECT_SIZE: usize = 0;
     pub const IN_USE: usize = 2;
-    pub const TOTAL: usize = 5;
-    pub const SLABS: usize = 6;
-    pub const PARTIAL_SLABS: usize = 7;
-    pub const THREAD_PARTIAL: usize = 8;
-    pub const PARTIAL_FREE: usize = 10;
-    pub const ALLOC_SHEAF: usize = 11;
-    pub const FREE_SHEAF: usize = 12;
-    pub const FLUSHED: usize = 13;
-    pub const ALLOC_FAST: usize = 14;
-    pub const ALLOC_SLOW: usize = 15;
-    pub const FREE_FAST: usize = 16;
-    pub const FREE_SLOW: usize = 17;
-    pub const FREE_REMOTE: usize = 18;
+    pub const TOTAL: usize = 7;
+    pub const SLABS: usize = 8;
+    pub const PARTIAL_SLABS: usize = 9;
+    pub const THREAD_PARTIAL: usize = 10;
+    pub const PARTIAL_FREE: usize = 12;
+    pub const ALLOC_SHEAF: usize = 13;
+    pub const FREE_SHEAF: usize = 14;
+    pub const FLUSHED: usize = 15;
+    pub const ALLOC_FAST: usize = 16;
+    pub const ALLOC_SLOW: usize = 17;
+    pub const FREE_FAST: usize = 18;
+    pub const FREE_SLOW: usize = 19;
+    pub const FREE_REMOTE: usize = 20;
 }
 
 /// Indices into the totals.
@@ -228,7 +232,7 @@ pub mod total {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
-    pub caches: Vec<[u64; 26]>,
+    pub caches: Vec<[u64; 28]>,
     pub totals: [u64; 18],
     /// Tries it took.
     pub tries: u32,
@@ -236,7 +240,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Whether the class has ever been used (`CacheStats::in_use`).
-    pub fn class_used(c: &[u64; 26]) -> bool {
+    pub fn class_used(c: &[u64; 28]) -> bool {
         c[field::SLABS] > 0
             || c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW] > 0
     }
@@ -478,6 +482,8 @@ impl Reader {
                 in_use,
                 in_sheaves,
                 in_barn,
+                e(Ev::SheafCapacity),
+                e(Ev::SheafScavenged),
                 slabs.wrapping_mul(per_slab),
                 slabs,
                 thread_partial.wrapping_add(nr_partial),

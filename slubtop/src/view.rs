@@ -68,17 +68,17 @@ pub fn human(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
-fn allocs(c: &[u64; 26]) -> u64 {
+fn allocs(c: &[u64; 28]) -> u64 {
     c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW]
 }
 
-fn frees(c: &[u64; 26]) -> u64 {
+fn frees(c: &[u64; 28]) -> u64 {
     (c[field::FREE_SHEAF] + c[field::FREE_FAST] + c[field::FREE_SLOW] + c[field::FREE_REMOTE])
         .wrapping_sub(c[field::FLUSHED])
 }
 
 /// Free slots as a percentage of the slots.
-fn frag(c: &[u64; 26]) -> f64 {
+fn frag(c: &[u64; 28]) -> f64 {
     if c[field::TOTAL] == 0 {
         0.0
     } else {
@@ -124,7 +124,7 @@ pub fn live_screen(
         t[total::THREADS_ALIVE],
         t[total::THREADS_EXITED],
     );
-    let rate = |class: usize, f: &dyn Fn(&[u64; 26]) -> u64| {
+    let rate = |class: usize, f: &dyn Fn(&[u64; 28]) -> u64| {
         previous
             .map(|(p, secs)| f(&now.caches[class]).wrapping_sub(f(&p.caches[class])) as f64 / secs)
     };
@@ -249,12 +249,14 @@ fn fields(s: &mut String, names: &[&str], values: &[u64]) {
 /// The in-process text report's table (`Display for Stats`): its columns,
 /// widths and totals line, under a title naming the process.
 pub fn text(pid: i32, snap: &Snapshot) -> String {
-    const COLUMNS: [Option<(&str, usize)>; 26] = [
+    const COLUMNS: [Option<(&str, usize)>; 28] = [
         Some(("size", 6)),
         None,
         Some(("in_use", 10)),
         Some(("sheaf", 6)),
         Some(("barn", 6)),
+        Some(("cap", 5)),
+        None,
         Some(("total", 10)),
         Some(("slabs", 6)),
         None,

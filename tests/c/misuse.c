@@ -45,9 +45,6 @@
  * and this program allocate few blocks of them):
  *   double_free            free(a); free(a)
  *   double_free_between    free(a); free(b); free(a)
- *   double_free_8          double_free in the 8-byte class, which has no
- *                          sheaf (no room for a tag): frees go into the
- *                          block's slab as before sheaves
  *   double_free_exit       free(a); free(a); exit(0) at once, "survived"
  *                          never printed: the second free must stop it
  *   double_free_after_remote   another thread frees a; then free(a)
@@ -65,7 +62,11 @@
  *   double_free_medium     a 100 KiB block (a medium block: a span of two
  *                          slabs of a segment) freed twice
  *   interior               p + 8 of malloc(64)
- *   interior_8             p + 4 of malloc(8) (the 8-byte class: no sheaf)
+ *   double_free_active_slab    a of the active slab freed past a full
+ *                          sheaf (into its slab), the sheaf filled again,
+ *                          then free(a) (warm: past the full sheaf again)
+ *   interior_active_slab   p + 8 of a block of the active slab (warm, OP
+ *                          `full`: past a full sheaf, into its slab)
  *   interior_large         p + 4096 of malloc(1 MiB)
  *   interior_medium        p + 4096 of malloc(100 KiB), a medium block
  *   span_tail              p + 64 KiB of malloc(100 KiB): the start of
@@ -194,7 +195,10 @@ static void allocate_again(void) {
  * block comes from another slab, so that (warm) theirs is not the active
  * slab and their frees go into the sheaf. */
 #define OLD 64
-#define SHEAF_CAP 32 /* size_class::SHEAF_CAP of the 48-byte class */
+/* size_class::SHEAF_CAP of the 48-byte class: the most its sheaf holds,
+ * which it reaches at its first overflow after the thread allocated from
+ * its slab (sheaf_budget: a miss, then an overflow). */
+#define SHEAF_CAP 32
 static char *old[OLD];
 static void leave_active_slab(void) {
     size = 48;
@@ -224,8 +228,12 @@ static void free_old(void) {
         free(old[i]);
 }
 
-/* OP `full`: as many old blocks as the sheaf holds. */
+/* OP `full`: the sheaf emptied (as many blocks allocated, and kept, as it
+ * holds), then as many old blocks freed into it as it holds. */
+static char *emptied[SHEAF_CAP];
 static void fill_sheaf(void) {
+    for (int i = 0; i < SHEAF_CAP; i++)
+        emptied[i] = must_malloc(size);
     for (int i = 0; i < SHEAF_CAP; i++)
         free(old[i]);
 }
@@ -362,8 +370,8 @@ static void free_reused(void) {
 /* Sets up case `c` and commits its misuse; returns the exit status. */
 static int run_case(const char *c, int argc) {
     void (*misuse)(void) = do_op; /* the last step, in another thread if remote */
-    if (is(c, "double_free") || is(c, "double_free_exit") || is(c, "double_free_8")) {
-        size = is(c, "double_free_8") ? 8 : 48;
+    if (is(c, "double_free") || is(c, "double_free_exit")) {
+        size = 48;
         warm_up();
         target = must_malloc(size);
         announce(target);
@@ -435,10 +443,23 @@ static int run_case(const char *c, int argc) {
         size = 100 << 10;
         target = (char *)must_malloc(size) + (is(c, "span_tail") ? 64 << 10 : 4096);
         announce(target);
-    } else if (is(c, "interior") || is(c, "interior_8")) {
-        size = is(c, "interior_8") ? 8 : 64;
+    } else if (is(c, "interior")) {
+        size = 64;
         warm_up();
-        target = (char *)must_malloc(size) + (size == 8 ? 4 : 8);
+        target = (char *)must_malloc(size) + 8;
+        announce(target);
+    } else if (is(c, "double_free_active_slab")) {
+        leave_active_slab();
+        target = must_malloc(size); /* warm: of the active slab */
+        announce(target);
+        fill_sheaf();
+        free(target); /* past the full sheaf, into its slab */
+        /* The sheaf made room by flushing its older half: full again. */
+        for (int i = SHEAF_CAP; i < SHEAF_CAP + SHEAF_CAP / 2; i++)
+            free(old[i]);
+    } else if (is(c, "interior_active_slab")) {
+        leave_active_slab();
+        target = (char *)must_malloc(size) + 8; /* warm: of the active slab */
         announce(target);
     } else if (is(c, "interior_large")) {
         size = 1 << 20;

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { CLASSES = 64, EVENTS = 16, CLASS_HEAP = 512 };
+enum { CLASSES = 64, EVENTS = 18, CLASS_HEAP = 512 };
 
 struct registry {
     void *live;

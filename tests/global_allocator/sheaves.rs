@@ -42,6 +42,15 @@ fn blocks(n: usize) -> Vec<Box<[u8]>> {
         .collect()
 }
 
+/// Grows the calling thread's sheaf of the class to its most (32 blocks),
+/// as a thread that reuses what it frees does: rounds that allocate past
+/// the emptied sheaf, then overflow it (`sheaf_budget`).
+fn grow_sheaf() {
+    for _ in 0..4 {
+        drop(blocks(300));
+    }
+}
+
 /// A block freed last is the next one handed out: blocks taken from the
 /// sheaf and freed again in order come back in the reverse order.
 #[test]
@@ -49,6 +58,7 @@ fn the_block_freed_last_is_handed_out_first() {
     let Some(_fresh) = with_sheaves() else {
         return;
     };
+    grow_sheaf();
     drop(blocks(4 * 256));
     // The sheaf holds the last blocks freed; 8 of them are taken from it.
     let before = class();
@@ -203,7 +213,9 @@ fn blocks_freed_by_another_thread_serve_that_threads_allocations() {
     let Some(_fresh) = with_sheaves() else {
         return;
     };
-    // Past the objects a cold class takes from shared slabs: warm here.
+    // Past the objects a cold class takes from shared slabs: warm here,
+    // its sheaf grown.
+    grow_sheaf();
     let warm = blocks(64);
     // 20 blocks: the vectors that hold them are of another class.
     let made = thread::spawn(|| blocks(20)).join().unwrap();
@@ -236,7 +248,7 @@ impl Freer {
         let (freed_tx, freed_rx) = std::sync::mpsc::channel();
         let (done, done_rx) = std::sync::mpsc::channel::<()>();
         let thread = thread::spawn(move || {
-            drop(blocks(64));
+            grow_sheaf();
             drop(given);
             freed_tx.send(()).unwrap();
             done_rx.recv().unwrap();
@@ -334,4 +346,112 @@ fn the_background_purger_flushes_the_barns() {
     freer.finish();
     assert_eq!(slubmalloc::check_stats(), 0);
     drop(warm);
+}
+
+/// A sheaf starts small and grows on demand: a class that warms up gets a
+/// sheaf of a kilobyte of blocks (4 of 256 bytes); a thread that frees
+/// what it allocated, and allocates again past its empty sheaf, doubles
+/// it at each overflow that follows such a miss, up to its most (32).
+#[test]
+fn a_sheaf_starts_small_and_grows_while_its_thread_reuses_what_it_frees() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    let before = class();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let worker = thread::spawn(move || {
+        // Warm, nothing freed yet: the start.
+        let v = blocks(300);
+        seen_tx.send(class().sheaf_capacity).unwrap();
+        rx.recv().unwrap();
+        drop(v);
+        // Rounds of reuse: each allocates past the emptied sheaf, then
+        // overflows it again.
+        grow_sheaf();
+        seen_tx.send(class().sheaf_capacity).unwrap();
+        rx.recv().unwrap();
+    });
+    let start = seen.recv().unwrap() - before.sheaf_capacity;
+    assert_eq!(start, 4, "a warm class's sheaf starts at 1 KiB of blocks");
+    tx.send(()).unwrap();
+    let grown = seen.recv().unwrap() - before.sheaf_capacity;
+    assert_eq!(grown, 32, "reuse grows the sheaf to its most");
+    tx.send(()).unwrap();
+    worker.join().unwrap();
+    assert_eq!(
+        class().sheaf_capacity,
+        before.sheaf_capacity,
+        "an exited thread's sheaf holds nothing"
+    );
+}
+
+/// A thread that only frees blocks another thread allocated never misses:
+/// its sheaf grows once at most (its own first allocations warmed the
+/// class), however many it frees; its full sheaves go to the barn or back
+/// to their slabs.
+#[test]
+fn a_thread_that_only_frees_what_others_allocate_keeps_a_small_sheaf() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    let given = blocks(2_000);
+    let before = class();
+    let cap = thread::spawn(move || {
+        // Warm for the class: 64 blocks of its own, kept.
+        let own = blocks(64);
+        drop(given);
+        let cap = class().sheaf_capacity;
+        drop(own);
+        cap
+    })
+    .join()
+    .unwrap();
+    assert!(
+        cap - before.sheaf_capacity <= 8,
+        "a freeing thread's sheaf grew past twice its start: {}",
+        cap - before.sheaf_capacity
+    );
+}
+
+/// A class its thread stops freeing shrinks back as the thread's other
+/// sheaves overflow (the scavenger halves the capacity of every class that
+/// did not overflow since its last pass), flushing what no longer fits; and
+/// `thread_idle` brings every capacity back to its start.
+#[test]
+fn a_class_its_thread_stops_using_gives_its_sheaf_back() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    const OTHER: usize = 100;
+    let other = || *slubmalloc::stats().cache_for_size(OTHER).unwrap();
+    let before = class();
+    let (grown, shrunk, scavenged, idle) = thread::spawn(|| {
+        grow_sheaf();
+        let grown = class().sheaf_capacity;
+        // Another class, freed and allocated again: many overflows of its
+        // sheaf, none of this one's.
+        for _ in 0..200 {
+            let v: Vec<Box<[u8]>> = (0..200).map(|_| vec![1u8; OTHER].into_boxed_slice()).collect();
+            drop(v);
+        }
+        let c = class();
+        slubmalloc::thread_idle();
+        (grown, c.sheaf_capacity, c.sheaf_scavenged, class().sheaf_capacity)
+    })
+    .join()
+    .unwrap();
+    let start = 4;
+    assert_eq!(grown - before.sheaf_capacity, 32, "the sheaf did not grow");
+    assert_eq!(
+        shrunk - before.sheaf_capacity,
+        start,
+        "the class the thread stopped using kept its capacity"
+    );
+    assert!(
+        scavenged > before.sheaf_scavenged,
+        "the shrink flushed nothing"
+    );
+    assert_eq!(idle - before.sheaf_capacity, start, "thread_idle left a capacity above the start");
+    assert!(other().sheaf_capacity >= before.sheaf_capacity);
 }

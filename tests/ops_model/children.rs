@@ -379,11 +379,12 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             until_reused(b, small);
         }
         Misuse::DeallocSmallerSize | Misuse::DeallocBiggerSize => {
+            // From 32 bytes up, a quarter of the size, or twice it and
+            // more, is served from another class (in debug mode too, whose
+            // slots are 9 bytes bigger): the smallest class is 16 bytes.
+            let small = small.max(32);
             let a = raw_alloc(small, 8);
             announce(a as usize, a as usize);
-            // A quarter of the size, or twice it and more, is served from
-            // another class (in debug mode too, whose slots are 9 bytes
-            // bigger).
             let wrong = match m {
                 Misuse::DeallocSmallerSize => small / 4,
                 _ => 2 * small + 64,

@@ -199,8 +199,9 @@ fn free_stopped_by_exit(case: &str, place: &str, names: &[&str]) {
 #[test]
 fn double_free_twice_in_a_row_is_stopped() {
     free_stopped("double_free", EVERYWHERE, DOUBLE_FREE);
-    // The 8-byte class has no sheaf: its frees go into the block's slab.
-    free_stopped("double_free_8", EVERYWHERE, DOUBLE_FREE);
+    // Both frees past a full sheaf, into the thread's own slab
+    // (`free_to_slab`), which reads the block.
+    free_stopped("double_free_active_slab", &["warm"], DOUBLE_FREE);
 }
 
 #[test]
@@ -455,7 +456,8 @@ fn a_write_over_the_sheaf_tag_of_a_freed_block_is_stopped() {
 #[test]
 fn free_of_an_interior_pointer_is_stopped() {
     free_stopped("interior", EVERYWHERE, INVALID);
-    free_stopped("interior_8", EVERYWHERE, INVALID);
+    // Past a full sheaf, into the thread's own slab (`free_to_slab`).
+    stopped_with("interior_active_slab", &["warm"], "full", &[], INVALID, 0);
     free_stopped("interior_large", &["cold", "remote"], INVALID);
     free_stopped("interior_medium", EVERYWHERE, INVALID);
     stopped_with(
