@@ -1,6 +1,6 @@
 //! The allocation API every front end shares (`GlobalAlloc` and the C
-//! functions): routes a request to a size class or to a large block, and a
-//! pointer to its slab or its large-block entry.
+//! functions): routes a request to a size class, a medium block or a large
+//! block, and a pointer to its slab, its span or its large-block entry.
 
 use core::ptr;
 
@@ -14,11 +14,12 @@ use crate::large::{self, Freed};
 use crate::layout;
 #[cfg(feature = "override")]
 use crate::layout::Asked;
+use crate::medium;
 use crate::node;
 use crate::os;
 use crate::prof::sample;
 use crate::release;
-use crate::segment;
+use crate::segment::{self, slab_of};
 use crate::sheaf_budget;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::tls;
@@ -86,15 +87,21 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     }
 }
 
-/// A large block, counted down by the heap profile. A thread whose first
-/// blocks are large gets its heap (and countdown) now when profiling. No
-/// allocator lock is held here, so the background purger may start
+/// A block above the size classes: a medium block (a span of a segment's
+/// slabs) up to glibc's dynamic mmap threshold, else a large one (a
+/// mapping of its own); counted down by the heap profile. A thread whose
+/// first blocks are big gets its heap (and countdown) now when profiling.
+/// No allocator lock is held here, so the background purger may start
 /// (`background`). Out of line: inlined, it made `__rust_alloc` save
 /// registers on the fast path (`ci/callgrind.sh`'s Rust pair).
 #[inline(never)]
 fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
     background::start_if_wanted();
-    let p = large::alloc(size, align, zero);
+    let p = if medium::serves(size, align) {
+        medium::alloc(size, zero)
+    } else {
+        large::alloc(size, align, zero)
+    };
     if !p.is_null() {
         if tls::current() == heap::EMPTY && sample::enabled() {
             heap_start::create_heap();
@@ -225,6 +232,10 @@ fn free_large(p: *mut u8) {
 /// `p` is not null.
 pub unsafe fn usable_size(p: *mut u8) -> usize {
     if segment::contains(p) {
+        // SAFETY: `p` is inside a mapped segment, whose header is mapped.
+        if let Some(bytes) = medium::block_bytes(unsafe { &*slab_of(p) }, p) {
+            return bytes;
+        }
         // SAFETY: `p` is inside a mapped segment.
         unsafe { fastpath::usable_size(p) }
     } else {
@@ -254,7 +265,8 @@ pub unsafe fn realloc_with_layout(
 }
 
 /// Resizes `p` to `new_size` bytes at `align`: in place when the size class
-/// stays the same, with mremap for large blocks, else allocate-copy-free.
+/// or a medium block's slabs stay the same, with mremap for large blocks,
+/// else allocate-copy-free.
 /// Null (errno ENOMEM) leaves `p` intact. Inlined into `__rust_realloc`,
 /// as `alloc_zeroed` is.
 ///
@@ -262,7 +274,17 @@ pub unsafe fn realloc_with_layout(
 /// `p` is a live block of ours allocated with alignment `align`.
 #[cfg_attr(not(feature = "override"), inline)]
 pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
-    let old_size = if segment::contains(p) {
+    // SAFETY: a pointer inside a mapped segment has its header mapped.
+    let medium = segment::contains(p)
+        .then(|| medium::block_bytes(unsafe { &*slab_of(p) }, p))
+        .flatten();
+    let old_size = if let Some(bytes) = medium {
+        if medium::keeps(bytes, new_size, align) {
+            sample::realloc_large(p, p, new_size);
+            return p;
+        }
+        bytes
+    } else if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment.
         let class = unsafe { fastpath::class_of_ptr(p) };
         if debug::enabled() {

@@ -13,7 +13,7 @@
 //! (`heap::REGISTRY_GENERATION`), written on the slow paths that create a
 //! thread's heap or end a thread.
 //!
-//! Layout version 1 (`ANCHOR_VERSION`): every field below, in this order,
+//! Layout version 2 (`ANCHOR_VERSION`): every field below, in this order,
 //! 64-bit addresses; the counters of a class heap in the order of
 //! `counters::Ev`; what the reader computes from them is `stats::build`'s
 //! arithmetic. Change any of that and the version changes with it, here and
@@ -33,7 +33,7 @@ use crate::sync::{AtomicPtr, AtomicU64};
 /// The first eight bytes of the anchor.
 pub const ANCHOR_MAGIC: [u8; 8] = *b"SLUBANCH";
 /// The layout of `Anchor` and of what it points to, as the reader must know it.
-pub const ANCHOR_VERSION: u32 = 1;
+pub const ANCHOR_VERSION: u32 = 2;
 
 /// Where the statistics live. Addresses are the process's own; offsets are
 /// bytes from the start of the struct named.
@@ -83,8 +83,9 @@ pub struct Anchor {
     node_slabs_freed: u32,
     /// Process-wide `u64` counters: segments, large blocks, their bytes,
     /// their mappings' bytes, the large cache's bytes, its limit, its hits,
-    /// background purges, purger starts, mmaps, purges, bytes purged.
-    globals: [*const AtomicU64; 12],
+    /// background purges, purger starts, mmaps, purges, bytes purged,
+    /// medium blocks, their bytes.
+    globals: [*const AtomicU64; 14],
 }
 
 // SAFETY: the anchor is never written; its pointers name statics.
@@ -146,12 +147,14 @@ pub static ANCHOR: Anchor = Anchor {
         &raw const MMAPS,
         &raw const PURGES,
         &raw const PURGED_BYTES,
+        global_field(offset_of!(Global, medium_blocks)),
+        global_field(offset_of!(Global, medium_bytes)),
     ],
 };
 
 // What the reader takes for granted: a counter block is `Ev::COUNT` u64s;
-// on 64-bit targets the anchor has no padding (slubtop's copy is 248 bytes)
+// on 64-bit targets the anchor has no padding (slubtop's copy is 264 bytes)
 // and node gauges are 8 bytes.
 const _: () = assert!(size_of::<Counters>() == Ev::COUNT * 8);
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<Anchor>() == 248);
+const _: () = assert!(size_of::<Anchor>() == 264);

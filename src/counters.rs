@@ -125,6 +125,10 @@ pub struct Global {
     /// mappings: written under the large-block table's lock.
     pub large_blocks_max: AtomicU64,
     pub large_bytes_max: AtomicU64,
+    /// Medium blocks live (`medium`), and the bytes of their spans: written
+    /// under the segments' lock.
+    pub medium_blocks: AtomicU64,
+    pub medium_bytes: AtomicU64,
     /// Sheaf budget the threads took from the process's pool
     /// (`sheaf_budget`), in bytes: the pool's state, not yet in the
     /// statistics (the anchor would have to name it for slubtop).
@@ -146,6 +150,8 @@ pub static GLOBAL: Global = Global {
     mapped_max: AtomicU64::new(0),
     large_blocks_max: AtomicU64::new(0),
     large_bytes_max: AtomicU64::new(0),
+    medium_blocks: AtomicU64::new(0),
+    medium_bytes: AtomicU64::new(0),
     sheaf_budget_taken: AtomicU64::new(0),
 };
 

@@ -180,6 +180,58 @@ pub unsafe fn clear_link(obj: *mut u8) {
     unsafe { store_link_word(obj, 0) };
 }
 
+/// The largest carve batch (two pages of 16-byte objects).
+pub const MAX_CARVE: usize = 512;
+
+/// 64 random-looking bits for a carve: a Weyl sequence from the secret,
+/// mixed (splitmix64). Unpredictable without the secret; not cryptographic.
+fn carve_random() -> u64 {
+    // A plain atomic, not `sync`'s: a counter no protocol depends on.
+    static WEYL: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+    let w = WEYL.fetch_add(0x9e37_79b9_7f4a_7c15, core::sync::atomic::Ordering::Relaxed);
+    let mut z = w ^ secret() as u64;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Links the `n` slots of `size` bytes from `base` into a fresh list, in
+/// address order, or in a random order if `random` (a slab's carve,
+/// `Slab::carve`); returns its head. Touches only those slots' pages.
+///
+/// # Safety
+/// The slots are free memory of one slab, the caller's to link; `n` is at
+/// least 1 and at most `MAX_CARVE`.
+pub unsafe fn link_slots(base: usize, size: usize, n: usize, random: bool) -> *mut u8 {
+    let mut next = core::ptr::null_mut();
+    let mut link = |index: usize| {
+        let obj = (base + index * size) as *mut u8;
+        // SAFETY: per the contract, `obj` is a slot the caller links.
+        unsafe { set_next(obj, next) };
+        next = obj;
+    };
+    if random {
+        // Fisher-Yates over the batch; carve batches are at most
+        // `MAX_CARVE` objects, so the indices fit on the stack.
+        let mut order = [0u16; MAX_CARVE];
+        for (i, slot) in order[..n].iter_mut().enumerate() {
+            *slot = i as u16;
+        }
+        let mut r = carve_random();
+        for i in (1..n).rev() {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            let j = (((r >> 32) * (i as u64 + 1)) >> 32) as usize;
+            order.swap(i, j);
+        }
+        order[..n].iter().for_each(|&i| link(i as usize));
+    } else {
+        (0..n).rev().for_each(link);
+    }
+    next
+}
+
 /// Takes the first object off the non-empty free list headed by `head`,
 /// following its link only if it is sane (a corrupted one stops the
 /// process). The caller clears the object's link before handing it out

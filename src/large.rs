@@ -1,10 +1,12 @@
-//! Large blocks (above the largest size class): each in its own mapping,
-//! found on free through an open-addressing table keyed by address, so a
-//! pointer we never handed out is recognised, not followed. Freed mappings
-//! are kept for reuse in a cache (`large_cache::Cache`, a part of the
-//! table, under the same lock); mappings are made, grown and resized by
-//! `large_map`. Here: the address table, and the entry points (`alloc`,
-//! `free`, `realloc`, the purge of the cache, the repair in a forked child).
+//! Large blocks (above the largest size class, and above glibc's dynamic
+//! mmap threshold or the medium blocks' bound, `medium`): each in its own
+//! mapping, found on free through an open-addressing table keyed by
+//! address, so a pointer we never handed out is recognised, not followed.
+//! Freed mappings are kept for reuse in a cache (`large_cache::Cache`, a
+//! part of the table, under the same lock); mappings are made, grown and
+//! resized by `large_map`. Here: the address table, glibc's threshold
+//! (`threshold`), and the entry points (`alloc`, `free`, `realloc`, the
+//! purge of the cache, the repair in a forked child).
 
 use core::ptr;
 
@@ -15,7 +17,7 @@ use crate::options;
 use crate::os::{self, PAGE_BYTES};
 use crate::purge;
 use crate::size_class;
-use crate::sync::{invariant, store_order_fence, AtomicU64, Locked, Ordering};
+use crate::sync::{invariant, store_order_fence, AtomicU64, AtomicUsize, Locked, Ordering};
 
 /// Recently freed addresses, to name a second free "double free".
 const FREED_RING: usize = 64;
@@ -88,17 +90,35 @@ const PROTECT_ABOVE_START: usize = 128 << 10;
 /// a freed block above it is always protected.
 const PROTECT_ABOVE_MAX: usize = 32 << 20;
 
+/// `Table::protect_above`, for `threshold`, which reads it without the
+/// lock; stored by the lock's holders.
+static THRESHOLD: AtomicUsize = AtomicUsize::new(PROTECT_ABOVE_START);
+
+/// glibc's dynamic mmap threshold as this table keeps it: a block of at
+/// most this many bytes is a medium block (`medium`), served from the
+/// segments as glibc serves it from its heap; a bigger one is a mapping of
+/// its own, made inaccessible at its free, which raises the threshold.
+#[inline]
+pub fn threshold() -> usize {
+    // Relaxed: a hint that only decides where the next block comes from.
+    THRESHOLD.load(Ordering::Relaxed)
+}
+
 impl Table {
     /// Whether the freed mapping of `len` bytes is to be made inaccessible,
     /// raising the bound as glibc raises its threshold. Lock held.
+    /// The threshold rises whether or not freed blocks are protected
+    /// (`SLUBMALLOC_PROTECT_FREED_LARGE`), as glibc's does.
     fn protect_on_free(&mut self, len: usize) -> bool {
-        if !options::get().protect_freed_large || len <= self.protect_above {
+        if len <= self.protect_above {
             return false;
         }
         if len <= PROTECT_ABOVE_MAX {
             self.protect_above = len;
+            // Relaxed: see `threshold`.
+            THRESHOLD.store(len, Ordering::Relaxed);
         }
-        true
+        options::get().protect_freed_large
     }
 }
 

@@ -19,6 +19,9 @@
 //! - large: the size and alignment are served as a large block, the
 //!   address has the alignment, and the mapping holds the size and is at
 //!   most `large::MAX_MAPPING_PER_REQUEST` times its pages.
+//! - medium: the size and alignment are served above the classes, the
+//!   address has the alignment, and the size needs the span's slabs, as
+//!   many as it has (`medium::keeps`: what a realloc in place keeps).
 //!
 //! What cannot be told: a size within the block's class (64 bytes and 49
 //! are both served from the 64-byte class), a large block's size within
@@ -34,6 +37,7 @@
 
 use crate::debug;
 use crate::large;
+use crate::medium;
 use crate::os;
 use crate::segment::{self, slab_of};
 use crate::size_class::{class_for, CLASS_BYTES};
@@ -77,6 +81,8 @@ enum Block {
     Small { class: usize, asked: usize },
     /// A large block in a mapping of `len` bytes.
     Large { len: usize },
+    /// A medium block in a span of `len` bytes.
+    Medium { len: usize },
 }
 
 /// The live block `p` starts, or None: not a block's start (an interior
@@ -89,6 +95,9 @@ fn block_at(p: *mut u8) -> Option<Block> {
     }
     // SAFETY: `p` is inside a mapped segment.
     let slab = unsafe { &*slab_of(p) };
+    if let Some(len) = medium::block_bytes(slab, p) {
+        return Some(Block::Medium { len });
+    }
     if slab.state() == State::Free || !slab.is_object_start(p) {
         return None;
     }
@@ -136,6 +145,11 @@ impl Block {
                     && p as usize & (asked.align - 1) == 0
                     && large::may_hold(len, asked.size)
             }
+            Block::Medium { len } => {
+                class_of(asked.size).is_none()
+                    && p as usize & (asked.align - 1) == 0
+                    && medium::keeps(len, asked.size, asked.align)
+            }
         }
     }
 
@@ -145,7 +159,7 @@ impl Block {
         match *self {
             Block::Small { asked, .. } if debug::enabled() => asked,
             Block::Small { class, .. } => CLASS_BYTES[class] as usize,
-            Block::Large { len } => len,
+            Block::Large { len } | Block::Medium { len } => len,
         }
     }
 }

@@ -21,7 +21,7 @@
 //!
 //! [`stats()`] returns a snapshot: [`Stats::caches`] yields one [`CacheStats`]
 //! per size class, [`Stats::totals`] has bytes in use, mapped and resident,
-//! large blocks, threads. `Stats` implements `Display` (a table, one row per
+//! medium and large blocks, threads. `Stats` implements `Display` (a table, one row per
 //! size class in use) and [`Stats::to_json`]. [`trim()`] gives free memory
 //! back to the kernel at once; [`thread_idle()`] gives the calling thread's
 //! caches back, as a thread pool's worker between tasks would.
@@ -64,8 +64,8 @@
 //! again. It cannot see a store the compiler removed (an out-of-bounds
 //! write is undefined behaviour, and the optimiser may drop it), a read out
 //! of bounds, an overflow of a block that is never freed, a store that skips
-//! the red zone into another live block, or any overflow of a large block
-//! (more than 64 KiB with the red zone: no red zone).
+//! the red zone into another live block, or any overflow of a medium or
+//! large block (more than 64 KiB with the red zone: no red zone).
 //!
 //! # Any program, by LD_PRELOAD
 //!
@@ -79,8 +79,9 @@
 //!
 //! Thread heaps (per class an active slab and a short partial list) -> node
 //! partial lists (per class, locked, exact counters) -> segments (4 MiB
-//! aligned mappings of 64 KiB slabs). Blocks above 64 KiB get their own
-//! mappings.
+//! aligned mappings of 64 KiB slabs). Blocks above 64 KiB up to glibc's
+//! dynamic mmap threshold (and 512 KiB) are spans of a segment's slabs;
+//! bigger ones get their own mappings.
 //!
 //! The modules, the layers they keep (checked by a test), a map from
 //! concern to file and the routes a block takes: `ARCHITECTURE.md` in the
@@ -120,6 +121,7 @@ mod large_cache;
 mod large_map;
 mod layout;
 mod list;
+mod medium;
 #[cfg(feature = "nightly")]
 mod nightly;
 mod node;
@@ -208,7 +210,7 @@ pub fn thread_idle() {
 }
 
 /// The size class object size that a request of `size` bytes (alignment 1)
-/// is served from, or None for a large block.
+/// is served from, or None for a medium or large block.
 pub fn class_size(size: usize) -> Option<usize> {
     size_class::class_for(size, 1).map(|c| size_class::CLASS_BYTES[c] as usize)
 }

@@ -1,6 +1,7 @@
 //! The free slow path's entry: a free by a thread that does not own the
-//! block's slab (the free fast path's owner compare failed). The common
-//! case, a slab another heap owns, is one push onto its remote list;
+//! block's slab (the free fast path's owner compare failed), a sampled
+//! block's and a medium block's among them. The common case, a slab
+//! another heap owns, is one push onto its remote list;
 //! everything else goes to `free::free_unowned` with the slow paths' heap,
 //! created here if the thread has none yet (a thread whose first call is a
 //! free gets its heap, and its sheaves, this way).
@@ -10,8 +11,10 @@ use crate::free::free_unowned;
 use crate::freelist::{self, HARDENING};
 use crate::heap::{DEAD, EMPTY};
 use crate::heap_start::with_slow_heap;
+use crate::medium;
 use crate::options;
 use crate::prof::sample;
+use crate::size_class::NO_SHEAF_OFFSET;
 use crate::slab::{self, double_free, Push, Slab};
 use crate::tls::current;
 
@@ -28,6 +31,12 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
         return sample::free_sampled(slab, p);
     }
     // ---
+    // A medium block: a span's slabs send every free here, as the profile's
+    // do (`medium`).
+    if slab.heap_offset.get() as usize == NO_SHEAF_OFFSET && medium::is_block(slab, p) {
+        sample::free_large(p);
+        return medium::free(slab, p);
+    }
     // Read once, before any write into `p`: a push that loses its CAS to a
     // change of state has already written a link into `p`, which a second
     // reading would take for a free block (a double free reported for a

@@ -17,6 +17,10 @@
 //! empties the large block cache. The segments' lock comes after a node
 //! lock (the lock order: `sync`).
 //!
+//! A medium block (`medium`) is a span of contiguous free slabs of one
+//! segment (`span`); freed, its slabs are free slabs like any other. A
+//! segment that holds a live span is never free whole, so never unmapped.
+//!
 //! No operation walks every segment, so that a heap of 8 GiB (2,048
 //! segments) costs per operation what one of 1 GiB does: a new slab comes
 //! from the head of the list of segments with free slabs (the one freed into
@@ -32,7 +36,7 @@ use crate::list::{Linked, List};
 use crate::os;
 use crate::purge;
 use crate::size_class::ADDRESS_BITS;
-use crate::slab::Slab;
+use crate::slab::{Slab, State};
 use crate::sync::{invariant, AtomicU64, AtomicU8, Cell, Locked, Ordering};
 
 pub use crate::size_class::{
@@ -298,21 +302,30 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
     let sg = unsafe { &mut *seg };
     invariant!(sg.free_mask != 0);
     let dirty = sg.free_mask & sg.dirty_mask;
+    let pick = if dirty != 0 { dirty } else { sg.free_mask };
+    let index = pick.trailing_zeros() as usize;
+    take_run(s, sg, 1 << index);
+    (&mut sg.slabs[index] as *mut Slab, dirty != 0)
+}
+
+/// Takes the free slabs `run` of `sg` out of the free ones, lock held;
+/// returns those of them whose pages may still be resident (dirty).
+fn take_run(s: &mut Segments, sg: &mut Segment, run: u64) -> u64 {
+    invariant!(run != 0 && sg.free_mask & run == run);
     if sg.free_mask == ALL_SLABS {
         // The segment is no longer free whole: its dirty slabs wait for
         // the delay from now on.
         s.whole_dirty_slabs -= sg.dirty_mask.count_ones() as usize;
     }
-    let pick = if dirty != 0 { dirty } else { sg.free_mask };
-    let index = pick.trailing_zeros() as usize;
-    sg.free_mask &= !(1 << index);
-    s.free_slabs -= 1;
+    sg.free_mask &= !run;
+    s.free_slabs -= run.count_ones() as usize;
     s.slabs_moved = true;
     // A dirty bit left for a slab in use would have a purge drop its
     // pages; the segment stays on the dirty queue until the next purge
     // finds nothing dirty.
-    sg.dirty_mask &= !(1 << index);
-    s.dirty_slabs -= (dirty != 0) as usize;
+    let dirty = sg.dirty_mask & run;
+    sg.dirty_mask &= !run;
+    s.dirty_slabs -= dirty.count_ones() as usize;
     if sg.kept_empty {
         sg.kept_empty = false;
         s.empty_kept -= 1;
@@ -320,7 +333,13 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
     if sg.free_mask == 0 {
         s.with_free.remove(sg);
     }
-    (&mut sg.slabs[index] as *mut Slab, dirty != 0)
+    dirty
+}
+
+/// Adds `n` (wrapping) to a counter written only under the segments'
+/// lock: a relaxed load and store, no locked instruction.
+fn add(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
 /// Gives a slab with no live object back to its segment; its pages are
@@ -331,6 +350,13 @@ fn take_slab_locked(s: &mut Segments) -> (*mut Slab, bool) {
 pub fn free_slab(slab: *mut Slab) {
     let now = purge::now_ns();
     let dirty = with_segments(|s| give_slab(s, slab, now));
+    after_give(dirty, now);
+}
+
+/// What follows a give-back of free slabs at `now` that left `dirty` dirty
+/// free slabs in all segments: a purge asked for past
+/// `DIRTY_SLABS_UNPURGED`, run if due, and the trim bound's test.
+fn after_give(dirty: usize, now: u64) {
     // After the dirty bit: a purge that claims the deadline takes the lock
     // and sees it (`purge::schedule`).
     if dirty >= DIRTY_SLABS_UNPURGED {
@@ -371,7 +397,9 @@ fn trim(freed_whole: u64) {
         with_segments(|s| {
             if mostly_free(s) {
                 purge_segments_locked(s, u64::MAX, u64::MAX);
-            } else {
+            } else if s.whole_dirty_slabs != 0 {
+                // Else no segment is free whole: the dirty queue, which
+                // may hold every segment, is not walked for nothing.
                 give_back_free_segments_locked(s);
             }
         });
@@ -385,25 +413,38 @@ fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) -> usize {
     // SAFETY: `slab` is inside a live segment; the lock is held.
     let sg = unsafe { &mut *seg };
     let index = (slab as usize - seg as usize) / core::mem::size_of::<Slab>();
-    invariant!(sg.free_mask & (1 << index) == 0);
+    give_run(s, sg, 1 << index, now)
+}
+
+/// Gives the slabs `run` of `sg`, none of them free, back as free slabs
+/// dirty from `now`, lock held; the segment goes to the head of the
+/// segments with free slabs and onto the dirty queue. Returns the dirty
+/// free slabs of all segments, these counted.
+fn give_run(s: &mut Segments, sg: &mut Segment, run: u64, now: u64) -> usize {
+    invariant!(sg.free_mask & run == 0 && sg.dirty_mask & run == 0);
     if sg.free_mask != 0 {
         s.with_free.remove(sg);
     }
     s.with_free.push_front(sg);
-    sg.free_mask |= 1 << index;
-    s.free_slabs += 1;
+    sg.free_mask |= run;
+    let n = run.count_ones() as usize;
+    s.free_slabs += n;
     s.slabs_moved = true;
-    sg.dirty_mask |= 1 << index;
-    sg.freed_at_ns[index] = now;
+    sg.dirty_mask |= run;
+    let mut rest = run;
+    while rest != 0 {
+        sg.freed_at_ns[rest.trailing_zeros() as usize] = now;
+        rest &= rest - 1;
+    }
     if sg.free_mask == ALL_SLABS {
         s.whole_dirty_slabs += sg.dirty_mask.count_ones() as usize;
     }
     if !sg.on_dirty {
         sg.on_dirty = true;
         sg.next_dirty = s.dirty;
-        s.dirty = seg;
+        s.dirty = sg as *mut Segment;
     }
-    s.dirty_slabs += 1;
+    s.dirty_slabs += n;
     s.dirty_slabs
 }
 
@@ -630,18 +671,43 @@ fn purge_runs(base: usize, mut mask: u64) {
     }
 }
 
-/// Calls `f` on every slab in use, with the segment lock held. For the
-/// verification walk only.
+/// Calls `f` on every slab in use by a size class (not a medium block's),
+/// with the segment lock held. For the verification walk and a forked
+/// child's repair only.
 pub fn for_each_slab(mut f: impl FnMut(&Slab)) {
     SEGMENTS.with(|s| {
         for sg in s.all.iter() {
             for i in 1..SLABS_PER_SEGMENT {
-                if sg.free_mask & (1 << i) == 0 {
+                if sg.free_mask & (1 << i) == 0 && sg.slabs[i].state() != State::Span {
                     f(&sg.slabs[i]);
                 }
             }
         }
     })
+}
+
+/// The live medium blocks and the bytes of their spans, counted by
+/// visiting every slab's descriptor, lock held: the verification walk's
+/// (and a forked child's) recount of `counters::Global`'s.
+pub fn walk_spans() -> (u64, u64) {
+    SEGMENTS.with(|s| count_spans(s))
+}
+
+fn count_spans(s: &Segments) -> (u64, u64) {
+    let (mut blocks, mut bytes) = (0, 0);
+    for sg in s.all.iter() {
+        for i in 1..SLABS_PER_SEGMENT {
+            let slab = &sg.slabs[i];
+            if sg.free_mask & (1 << i) == 0
+                && slab.state() == State::Span
+                && slab.span_slabs.get() != 0
+            {
+                blocks += 1;
+                bytes += slab.span_slabs.get() as u64 * SLAB_BYTES as u64;
+            }
+        }
+    }
+    (blocks, bytes)
 }
 
 /// In a forked child whose parent had other threads (see `fork`), if one of
@@ -651,8 +717,10 @@ pub fn for_each_slab(mut f: impl FnMut(&Slab)) {
 /// an unlinked one is skipped and only unmapped after), so the walk fixes
 /// the back links, the count and the map, and drops dirty bits of slabs
 /// that `take_slab` had taken but not yet marked clean. The list of
-/// segments with free slabs, the dirty queue, the kept empty segments and
-/// the count of dirty free slabs are built again from it.
+/// segments with free slabs, the dirty queue, the kept empty segments, the
+/// count of dirty free slabs and the medium blocks' counters are built
+/// again from it (a span half made or half freed is left as it was, out
+/// of use).
 pub fn repair_in_child() {
     if !SEGMENTS.lock.is_locked() {
         return;
@@ -689,9 +757,15 @@ pub fn repair_in_child() {
         seg = sg.all_next.get();
     }
     s.count = count;
+    let (blocks, bytes) = count_spans(s);
+    let g = counters::global();
+    g.medium_blocks.store(blocks, Ordering::Relaxed);
+    g.medium_bytes.store(bytes, Ordering::Relaxed);
     publish(s);
     SEGMENTS.lock.reset_in_child();
 }
+
+pub mod span;
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -23,6 +23,11 @@
 //! - LISTED (`LISTED_WORD`): on its node's partial list; every field is
 //!   the node lock's. A freer that sees LISTED takes the lock and looks again.
 //! - FREE (`FREE_WORD`): back in its segment; any free into it is invalid.
+//! - SPAN (`SPAN_WORD`): one of the slabs of a medium block (`medium`), a
+//!   span of its segment's slabs; the first holds the span's length
+//!   (`span_slabs`). No object, no owner, no list: the segment lock's
+//!   holder writes every field, and every free of its blocks reaches the
+//!   free slow path (`heap_offset`), where `medium` takes it.
 //!
 //! Transitions: FREE -> OWNED (`init`); FREE -> LISTED (`init_listed`, a
 //! slab shared by cold classes, node lock); OWNED -> FULL (`try_make_full`,
@@ -30,15 +35,18 @@
 //! `give_back`, `adopt` or `begin_listing`); OWNED -> LISTED
 //! (`begin_listing`, node lock); LISTED -> OWNED (`take_listed`, node
 //! lock); LISTED -> FULL (`make_full_from_listed`, node lock, Release);
-//! LISTED -> FREE (`make_free`, node lock). A LISTED slab also hands out
-//! single objects under the node lock (`take_listed_object`) and takes
-//! frees (`Node::free_listed`). The counts: `inuse` plus the objects on
+//! LISTED -> FREE (`make_free`, node lock); FREE -> SPAN (`init_span`,
+//! segment lock); SPAN -> FREE (`end_span`, segment lock). A LISTED slab
+//! also hands out single objects under the node lock
+//! (`take_listed_object`) and takes frees (`Node::free_listed`). The counts: `inuse` plus the objects on
 //! `local_free` plus the never-carved ones make `objects`, whenever the
 //! lists are held by one party (`check`).
 
 use core::ptr;
 
-use crate::freelist::{clear_link, link_is_sane, pop, set_next, set_next_with};
+use crate::freelist::{
+    clear_link, link_is_sane, link_slots, pop, set_next, set_next_with, MAX_CARVE,
+};
 use crate::list::Linked;
 use crate::options;
 use crate::os;
@@ -55,6 +63,9 @@ pub const OWNED_TAG: usize = 1;
 pub const LISTED_WORD: usize = 2;
 /// The word of a FREE slab.
 pub const FREE_WORD: usize = 3;
+/// The word of a SPAN slab: FULL's tag bits, but never FULL's word, so the
+/// CAS that claims a FULL slab (`try_claim_full`) never matches it.
+pub const SPAN_WORD: usize = 4;
 
 /// A slab's state, as its state word records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +74,7 @@ pub enum State {
     Owned,
     Listed,
     Free,
+    Span,
 }
 
 impl State {
@@ -72,7 +84,8 @@ impl State {
             OWNED_TAG => State::Owned,
             LISTED_WORD => State::Listed,
             FREE_WORD => State::Free,
-            _ => State::Full,
+            _ if word == FULL_WORD => State::Full,
+            _ => State::Span,
         }
     }
 }
@@ -96,21 +109,6 @@ pub enum Push {
     Mine,
     /// The slab is not OWNED (FULL or LISTED): another transition applies.
     NotOwned(State),
-}
-
-/// The largest carve batch (two pages of 16-byte objects).
-const MAX_RANDOM_CARVE: usize = 512;
-
-/// 64 random-looking bits for a carve: a Weyl sequence from the secret,
-/// mixed (splitmix64). Unpredictable without the secret; not cryptographic.
-fn carve_random() -> u64 {
-    // A plain atomic, not `sync`'s: a counter no protocol depends on.
-    static WEYL: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-    let w = WEYL.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    let mut z = w ^ crate::freelist::secret() as u64;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The descriptor of one slab, kept in its segment's header. 128 bytes: the
@@ -159,6 +157,11 @@ pub struct Slab {
     /// the first free hands the slab back. Written before the Release that
     /// made the slab FULL, read by the freer after its Acquire CAS.
     pub last_owner: Cell<usize>,
+    /// While SPAN: the span's length in slabs if this is its first slab
+    /// (the medium block's start), else 0. Kept when the span ends, until
+    /// the slab serves a class again, so that a second free of the block
+    /// is named a double free (`medium`).
+    pub span_slabs: Cell<u32>,
 }
 
 /// The state word: the state in its low bits, the remote free list in the
@@ -211,6 +214,7 @@ impl Slab {
             heap_offset: Cell::new(0),
             word: StateWord(AtomicUsize::new(FREE_WORD)),
             last_owner: Cell::new(0),
+            span_slabs: Cell::new(0),
         }
     }
 
@@ -280,6 +284,7 @@ impl Slab {
         self.prev.set(ptr::null_mut());
         self.on_partial.set(false);
         self.last_owner.set(0);
+        self.span_slabs.set(0);
     }
 
     /// LISTED, node lock held: hands out one free object for a thread whose
@@ -619,6 +624,33 @@ impl Slab {
         self.word.0.store(FREE_WORD, Ordering::Relaxed);
     }
 
+    /// FREE -> SPAN, segment lock held: the slab joins a medium block's
+    /// span, as its first slab (`slabs`, the span's length) or one after it
+    /// (0). Its frees all take the free slow path (the class heap with no
+    /// sheaf); no slot test passes (no object, nothing carved).
+    pub fn init_span(&self, slabs: u32) {
+        invariant!(self.state() == State::Free);
+        invariant!(self.owner.load(Ordering::Relaxed) == 0 && self.carved() == 0);
+        self.heap_offset
+            .set(crate::size_class::NO_SHEAF_OFFSET as u16);
+        self.objects.set(0);
+        self.inuse.set(0);
+        self.span_slabs.set(slabs);
+        // Relaxed: the segment lock we hold orders this for the block's
+        // free, which takes it too (`segment::free_span`); a pointer into
+        // the span reaches another thread only through a hand-off that
+        // follows.
+        self.word.0.store(SPAN_WORD, Ordering::Relaxed);
+    }
+
+    /// SPAN -> FREE, segment lock held: the medium block is freed and the
+    /// slab goes back to its segment. `span_slabs` stays (see there).
+    pub fn end_span(&self) {
+        invariant!(self.state() == State::Span);
+        // Relaxed: as in `init_span`.
+        self.word.0.store(FREE_WORD, Ordering::Relaxed);
+    }
+
     /// Whether `p` is the start of an object slot of this slab, carved or
     /// not (for a FREE slab: a block it once held, so a double free).
     pub fn is_slot_start(&self, p: *mut u8) -> bool {
@@ -693,45 +725,19 @@ impl Slab {
     /// it carved. Touches only the carved objects' pages.
     pub fn carve(&self, max: u32) -> (*mut u8, u32) {
         let first = self.carved();
-        let n = max
-            .min(self.objects.get() - first)
-            .min(MAX_RANDOM_CARVE as u32);
+        let n = max.min(self.objects.get() - first).min(MAX_CARVE as u32);
         if n == 0 {
             return (ptr::null_mut(), 0);
         }
         let size = self.size.get() as usize;
         let base = self.start() as usize + first as usize * size;
-        let mut next = ptr::null_mut();
-        let mut link = |index: usize| {
-            let obj = (base + index * size) as *mut u8;
-            // SAFETY: `obj` is an uncarved object inside this slab's mapping.
-            unsafe { set_next(obj, next) };
-            next = obj;
-        };
-        if options::get().freelist_random {
-            // Fisher-Yates over the batch; carve batches are at most
-            // `MAX_RANDOM_CARVE` objects, so the indices fit on the stack.
-            let mut order = [0u16; MAX_RANDOM_CARVE];
-            let n = n as usize;
-            for (i, slot) in order[..n].iter_mut().enumerate() {
-                *slot = i as u16;
-            }
-            let mut r = carve_random();
-            for i in (1..n).rev() {
-                r ^= r << 13;
-                r ^= r >> 7;
-                r ^= r << 17;
-                let j = (((r >> 32) * (i as u64 + 1)) >> 32) as usize;
-                order.swap(i, j);
-            }
-            order[..n].iter().for_each(|&i| link(i as usize));
-        } else {
-            (0..n as usize).rev().for_each(link);
-        }
+        // SAFETY: the `n` slots from `base` are uncarved objects of this
+        // slab, whose lists its caller holds.
+        let list = unsafe { link_slots(base, size, n as usize, options::get().freelist_random) };
         // Relaxed: see `carved`; the objects it covers reach other threads
         // only through allocations, which order it before their frees.
         self.carved.store(first + n, Ordering::Relaxed);
-        (next, n)
+        (list, n)
     }
 
     /// Objects not carved yet; they count as free.

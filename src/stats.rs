@@ -136,7 +136,8 @@ impl CacheStats {
 stat_fields! {
     /// Process-wide totals. In the text report each is "label value unit".
     Totals, LABELS: (&'static str, &'static str);
-    /// Bytes in live blocks, counted at their class or page-rounded size.
+    /// Bytes in live blocks, counted at their class size, page-rounded
+    /// (large) or slab-rounded (medium).
     bytes_in_use: ("in use", " B");
     /// Bytes mapped from the kernel: segments and large blocks.
     bytes_mapped: ("mapped", " B");
@@ -144,6 +145,11 @@ stat_fields! {
     resident_bytes: ("resident", " B");
     /// Segments mapped.
     segments: ("segments", "");
+    /// Medium blocks live: above the size classes, up to glibc's dynamic
+    /// mmap threshold, each a span of a segment's slabs.
+    medium_blocks: ("medium blocks", "");
+    /// Bytes of the live medium blocks' spans (whole slabs).
+    medium_bytes: ("medium bytes", " B");
     /// Large blocks live.
     large_blocks: ("large blocks", "");
     /// Bytes of the live large blocks' mappings.
@@ -244,11 +250,14 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
     let g = global();
     let segments = g.segments.load(Ordering::Relaxed);
     let large_bytes = g.large_bytes.load(Ordering::Relaxed);
+    let medium_bytes = g.medium_bytes.load(Ordering::Relaxed);
     let totals = Totals {
-        bytes_in_use: bytes_in_use + large_bytes,
+        bytes_in_use: bytes_in_use + medium_bytes + large_bytes,
         bytes_mapped: g.mapped_bytes(),
         resident_bytes: os::resident_bytes(),
         segments,
+        medium_blocks: g.medium_blocks.load(Ordering::Relaxed),
+        medium_bytes,
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
@@ -279,7 +288,7 @@ pub struct Summary {
     /// jemalloc's `stats.active`: bytes of the pages that hold live blocks,
     /// a multiple of the page size and at least `allocated`: every slab that
     /// belongs to a size class (64 KiB each, free slots included) plus the
-    /// live large blocks.
+    /// live medium and large blocks.
     pub active: u64,
     /// Bytes the allocator has mapped from the kernel now: its segments
     /// (free and purged slabs included) and its large-block mappings (the
@@ -315,7 +324,7 @@ impl Stats {
             .sum();
         Summary {
             allocated: self.totals.bytes_in_use,
-            active: slab_bytes + self.totals.large_bytes,
+            active: slab_bytes + self.totals.medium_bytes + self.totals.large_bytes,
             mapped: self.totals.bytes_mapped,
             rss: self.totals.resident_bytes,
         }

@@ -47,6 +47,10 @@ pub struct Walk {
     pub caches: [WalkedCache; NUM_CLASSES],
     /// Live large blocks in the large-block table.
     pub large_blocks: u64,
+    /// Live medium blocks in the segments.
+    pub medium_blocks: u64,
+    /// Bytes of their spans.
+    pub medium_bytes: u64,
 }
 
 /// Walks everything. See the module comment for when it may be called.
@@ -99,9 +103,12 @@ pub fn walk() -> Walk {
         caches[class].sheaf_objects = sheaves[class];
         caches[class].barn_objects = barn;
     }
+    let (medium_blocks, medium_bytes) = segment::walk_spans();
     Walk {
         caches,
         large_blocks: large::walk_count(),
+        medium_blocks,
+        medium_bytes,
     }
 }
 
@@ -118,6 +125,7 @@ pub fn check_stats() -> usize {
         let after = stats::stats();
         if before.caches().eq(after.caches())
             && before.totals.large_blocks == after.totals.large_blocks
+            && before.totals.medium_bytes == after.totals.medium_bytes
         {
             return report_mismatches(&before, &w);
         }
@@ -158,6 +166,15 @@ fn report_mismatches(s: &stats::Stats, w: &Walk) -> usize {
             out,
             "slubmalloc: large blocks: counters {} but walk {}",
             s.totals.large_blocks, w.large_blocks
+        );
+    }
+    if (s.totals.medium_blocks, s.totals.medium_bytes) != (w.medium_blocks, w.medium_bytes) {
+        bad += 1;
+        let mut out = os::FdWriter::new(2);
+        let _ = writeln!(
+            out,
+            "slubmalloc: medium blocks: counters {} ({} B) but walk {} ({} B)",
+            s.totals.medium_blocks, s.totals.medium_bytes, w.medium_blocks, w.medium_bytes
         );
     }
     bad

@@ -11,9 +11,9 @@
 use crate::target::{Error, Found, Target};
 
 /// The anchor layout this slubtop reads (`ANCHOR_VERSION` in src/anchor.rs).
-pub const ANCHOR_VERSION: u32 = 1;
+pub const ANCHOR_VERSION: u32 = 2;
 const ANCHOR_MAGIC: &[u8; 8] = b"SLUBANCH";
-const ANCHOR_BYTES: usize = 248;
+const ANCHOR_BYTES: usize = 264;
 /// Tries before giving up on a snapshot.
 pub const TRIES: u32 = 1000;
 
@@ -66,8 +66,9 @@ struct Anchor {
     node_fields: [u64; 8],
     /// segments, large_blocks, large_bytes, large_mapped, large_cached,
     /// large_cache_limit, large_cache_hits, background_purges,
-    /// purger_starts, mmaps, purges, purged_bytes.
-    globals: [u64; 12],
+    /// purger_starts, mmaps, purges, purged_bytes, medium_blocks,
+    /// medium_bytes.
+    globals: [u64; 14],
 }
 
 fn u32_at(b: &[u8], at: usize) -> u64 {
@@ -174,11 +175,13 @@ pub const CACHE_FIELDS: [&str; 28] = [
 ];
 
 /// The process-wide totals, the fields of the in-process `Totals` in order.
-pub const TOTALS_FIELDS: [&str; 16] = [
+pub const TOTALS_FIELDS: [&str; 18] = [
     "bytes_in_use",
     "bytes_mapped",
     "resident_bytes",
     "segments",
+    "medium_blocks",
+    "medium_bytes",
     "large_blocks",
     "large_bytes",
     "large_cached_bytes",
@@ -217,10 +220,12 @@ pub mod total {
     pub const BYTES_IN_USE: usize = 0;
     pub const BYTES_MAPPED: usize = 1;
     pub const RESIDENT: usize = 2;
-    pub const LARGE_BLOCKS: usize = 4;
-    pub const LARGE_BYTES: usize = 5;
-    pub const THREADS_ALIVE: usize = 14;
-    pub const THREADS_EXITED: usize = 15;
+    pub const MEDIUM_BLOCKS: usize = 4;
+    pub const MEDIUM_BYTES: usize = 5;
+    pub const LARGE_BLOCKS: usize = 6;
+    pub const LARGE_BYTES: usize = 7;
+    pub const THREADS_ALIVE: usize = 16;
+    pub const THREADS_EXITED: usize = 17;
 }
 
 /// A consistent snapshot.
@@ -228,7 +233,7 @@ pub mod total {
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
     pub caches: Vec<[u64; 28]>,
-    pub totals: [u64; 16],
+    pub totals: [u64; 18],
     /// Tries it took.
     pub tries: u32,
 }
@@ -253,7 +258,7 @@ struct Raw {
     sums: Vec<[u64; EVENTS]>,
     /// Per class, the node's eight fields.
     nodes: Vec<[u64; 8]>,
-    globals: [u64; 12],
+    globals: [u64; 14],
     alive: u64,
     exited: u64,
 }
@@ -504,15 +509,19 @@ impl Reader {
             bytes_in_use = bytes_in_use.wrapping_add(in_use.wrapping_mul(object_size));
         }
         let g = raw.globals;
-        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged] =
+        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged, medium_blocks, medium_bytes] =
             g;
         let totals = [
-            bytes_in_use.wrapping_add(large_bytes),
+            bytes_in_use
+                .wrapping_add(medium_bytes)
+                .wrapping_add(large_bytes),
             segments
                 .wrapping_mul(self.anchor.segment_bytes)
                 .wrapping_add(large_mapped),
             self.target.resident_bytes()?,
             segments,
+            medium_blocks,
+            medium_bytes,
             large_blocks,
             large_bytes,
             large_cached,

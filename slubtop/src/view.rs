@@ -113,10 +113,12 @@ pub fn live_screen(
     );
     let _ = writeln!(
         s,
-        "in use {}  mapped {}  resident {}  large blocks {} ({})  threads {} alive, {} exited",
+        "in use {}  mapped {}  resident {}  medium blocks {} ({})  large blocks {} ({})  threads {} alive, {} exited",
         human(t[total::BYTES_IN_USE]),
         human(t[total::BYTES_MAPPED]),
         human(t[total::RESIDENT]),
+        t[total::MEDIUM_BLOCKS],
+        human(t[total::MEDIUM_BYTES]),
         t[total::LARGE_BLOCKS],
         human(t[total::LARGE_BYTES]),
         t[total::THREADS_ALIVE],
@@ -277,11 +279,13 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         Some(("head", 7)),
         Some(("tail", 7)),
     ];
-    const LABELS: [(&str, &str); 16] = [
+    const LABELS: [(&str, &str); 18] = [
         ("in use", " B"),
         ("mapped", " B"),
         ("resident", " B"),
         ("segments", ""),
+        ("medium blocks", ""),
+        ("medium bytes", " B"),
         ("large blocks", ""),
         ("large bytes", " B"),
         ("large cached", " B"),

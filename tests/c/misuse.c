@@ -59,6 +59,8 @@
  *                          went back to its segment (cold: a and b, then
  *                          malloc_trim(0); warm: forty slabs' worth); free(a)
  *   double_free_large      a 1 MiB block (its own mapping) freed twice
+ *   double_free_medium     a 100 KiB block (a medium block: a span of two
+ *                          slabs of a segment) freed twice
  *   interior               p + 8 of malloc(64)
  *   double_free_active_slab    a of the active slab freed past a full
  *                          sheaf (into its slab), the sheaf filled again,
@@ -66,6 +68,9 @@
  *   interior_active_slab   p + 8 of a block of the active slab (warm, OP
  *                          `full`: past a full sheaf, into its slab)
  *   interior_large         p + 4096 of malloc(1 MiB)
+ *   interior_medium        p + 4096 of malloc(100 KiB), a medium block
+ *   span_tail              p + 64 KiB of malloc(100 KiB): the start of
+ *                          the medium block's second slab
  *   never_carved           p + 16384 for p = malloc(16): the start of a
  *                          slot of p's slab that was never carved (slabs
  *                          carve a page at a time), so never handed out
@@ -429,6 +434,15 @@ static int run_case(const char *c, int argc) {
         target = must_malloc(size);
         announce(target);
         free(target);
+    } else if (is(c, "double_free_medium")) {
+        size = 100 << 10;
+        target = must_malloc(size);
+        announce(target);
+        free(target);
+    } else if (is(c, "interior_medium") || is(c, "span_tail")) {
+        size = 100 << 10;
+        target = (char *)must_malloc(size) + (is(c, "span_tail") ? 64 << 10 : 4096);
+        announce(target);
     } else if (is(c, "interior")) {
         size = 64;
         warm_up();

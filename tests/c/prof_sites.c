@@ -11,9 +11,13 @@
  *            thread), then keeps site_b's 320 x 4 KiB: 1,920,000 : 1,310,720.
  *   signal   as `two`, then raise(SIGUSR2) (a profile), then frees site_a's
  *            blocks and exits (a profile without them).
- *   large    site_a keeps 40 x 96 KiB (large blocks); site_b allocates
- *            20 x 48 KiB that grow() reallocates to 96 KiB: site_a : grow
- *            is 2:1, and site_b keeps nothing (realloc moved the bytes).
+ *   medium   site_a keeps 40 x 96 KiB (medium blocks: spans of a segment's
+ *            slabs); site_b allocates 20 x 48 KiB that grow() reallocates
+ *            to 96 KiB, then 20 x 96 KiB freed at once: site_a : grow is
+ *            2:1, and site_b keeps nothing (realloc moved the bytes, free
+ *            took the rest).
+ *   large    as medium with 1.5 MiB and 768 KiB (large blocks: mappings
+ *            of their own).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -83,11 +87,13 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
         for (int i = 0; i < 60000; i += 2) free(a[i]);
         keep_b(320);
-    } else if (!strcmp(mode, "large")) {
-        for (int i = 0; i < 40; i++) a[i] = site_a(96 * 1024);
+    } else if (!strcmp(mode, "medium") || !strcmp(mode, "large")) {
+        size_t kib = !strcmp(mode, "medium") ? 96 : 1536;
+        for (int i = 0; i < 40; i++) a[i] = site_a(kib * 1024);
         for (int i = 0; i < 20; i++) {
-            b[i] = grow(site_b(48 * 1024), 96 * 1024);
+            b[i] = grow(site_b(kib / 2 * 1024), kib * 1024);
         }
+        for (int i = 0; i < 20; i++) free(site_b(kib * 1024));
     } else {
         fprintf(stderr, "prof_sites: unknown mode %s\n", mode);
         return 2;

@@ -258,19 +258,20 @@ fn large_blocks_kept_by_a_realloc_or_taken_whole_from_the_cache_pass() {
     assert_eq!(q, p, "a realloc to more than half a large block keeps it");
     // SAFETY: the block as resized.
     unsafe { give(q, layout(600 << 10, 8)) };
-    // A cached 4 MiB mapping taken whole for 3.5 MiB, then freed.
-    let four = layout(4 << 20, 8);
-    let p = take(four, false);
-    // SAFETY: allocated with `four`.
-    unsafe { give(p, four) };
-    let most = layout((7 << 20) / 2, 8);
+    // A cached 8 MiB mapping taken whole for 7.5 MiB, then freed (blocks
+    // this big are never medium ones).
+    let eight = layout(8 << 20, 8);
+    let p = take(eight, false);
+    // SAFETY: allocated with `eight`.
+    unsafe { give(p, eight) };
+    let most = layout((15 << 20) / 2, 8);
     let q = take(most, false);
     // SAFETY: allocated with `most`.
     let usable = unsafe { slubmalloc::usable_size(q) };
     // SAFETY: allocated with `most`.
     unsafe { give(q, most) };
     assert!(
-        q == p && usable == 4 << 20,
+        q == p && usable == 8 << 20,
         "the cached mapping was not taken whole: {usable}"
     );
 }

@@ -27,6 +27,7 @@ mod anchor;
 mod errno_kept;
 mod heap_profile;
 mod layout_check;
+mod medium_blocks;
 mod memory_lifecycle;
 mod random_ops;
 mod shared_slabs;

@@ -58,7 +58,8 @@ pub fn class_sizes() -> &'static [usize; NUM_CLASSES] {
 pub(super) enum Kind {
     /// Class index and object size.
     Small(usize, usize),
-    /// Mapped bytes (its usable size).
+    /// A block above the classes, medium or large: its usable size (its
+    /// span's or its mapping's bytes).
     Large(usize),
     /// Debug mode: only "a block".
     Block,
@@ -259,7 +260,8 @@ fn snapshot() -> (Stats, slubmalloc::Walk, bool) {
     let after = slubmalloc::stats();
     let quiet = HARNESS.version.load(Ordering::Relaxed) == v
         && s.caches().eq(after.caches())
-        && s.totals.large_blocks == after.totals.large_blocks;
+        && s.totals.large_blocks == after.totals.large_blocks
+        && s.totals.medium_blocks == after.totals.medium_blocks;
     (s, w, quiet)
 }
 
@@ -297,6 +299,11 @@ pub(super) fn compare_walk(s: &Stats, w: &slubmalloc::Walk, when: &str) {
     assert_eq!(
         s.totals.large_blocks, w.large_blocks,
         "{when}: large blocks"
+    );
+    assert_eq!(
+        (s.totals.medium_blocks, s.totals.medium_bytes),
+        (w.medium_blocks, w.medium_bytes),
+        "{when}: medium blocks"
     );
 }
 
@@ -357,12 +364,12 @@ pub(super) fn compare_counts(
 ) {
     let get = Tally::get;
     let delta = |a: u64, b: u64| a.wrapping_sub(b) as i64;
-    let blocks =
-        |s: &Stats| s.caches().map(|c| c.objects_in_use).sum::<u64>() + s.totals.large_blocks;
+    let big = |s: &Stats| s.totals.medium_blocks + s.totals.large_blocks;
+    let blocks = |s: &Stats| s.caches().map(|c| c.objects_in_use).sum::<u64>() + big(s);
     assert_eq!(
         delta(blocks(now), blocks(base)),
         get(&model.blocks) + get(&harness.blocks),
-        "{when}: blocks in use, all classes and large together (model {}, harness {})",
+        "{when}: blocks in use, all classes, medium and large together (model {}, harness {})",
         get(&model.blocks),
         get(&harness.blocks)
     );
@@ -398,9 +405,9 @@ pub(super) fn compare_counts(
         }
     }
     assert_eq!(
-        delta(now.totals.large_blocks, base.totals.large_blocks),
+        delta(big(now), big(base)),
         get(&model.large) + get(&harness.large),
-        "{when}: large blocks (model {}, harness {})",
+        "{when}: medium and large blocks (model {}, harness {})",
         get(&model.large),
         get(&harness.large)
     );
@@ -411,10 +418,14 @@ pub(super) fn compare_counts(
         get(&model.bytes),
         get(&harness.bytes)
     );
-    // Segments hold every slab; large mappings hold every large block and
-    // the cached ones.
+    // Segments hold every slab and medium block; large mappings hold every
+    // large block and the cached ones.
     let segment_bytes = now.totals.segments * (4 << 20);
-    let slab_bytes: u64 = now.caches().map(|c| c.objects_total * c.object_size).sum();
+    let slab_bytes: u64 = now
+        .caches()
+        .map(|c| c.objects_total * c.object_size)
+        .sum::<u64>()
+        + now.totals.medium_bytes;
     assert!(
         slab_bytes <= segment_bytes,
         "{when}: {slab_bytes} B of slab slots in {} segments",

@@ -621,8 +621,8 @@ pub fn parse_json_report(
         .sum();
     assert_eq!(
         totals["bytes_in_use"],
-        slab_bytes + totals["large_bytes"],
-        "totals.bytes_in_use is the classes' bytes in use plus the large blocks'"
+        slab_bytes + totals["medium_bytes"] + totals["large_bytes"],
+        "totals.bytes_in_use is the classes' bytes in use plus the medium and large blocks'"
     );
     (caches, totals)
 }

@@ -195,12 +195,24 @@ fn threads_exit_with_sampled_blocks_live() {
 #[test]
 fn large_blocks_and_realloc_are_profiled() {
     let flat = only_profile("large", "large", &[]);
+    assert_near("site_a", flat.bytes("site_a"), 40.0 * 1_572_864.0, 0.06);
+    assert_near("grow", flat.bytes("grow"), 20.0 * 1_572_864.0, 0.06);
+    assert_eq!(
+        flat.bytes("site_b"),
+        0.0,
+        "realloc moved site_b's bytes to grow, free took the rest"
+    );
+}
+
+#[test]
+fn medium_blocks_and_realloc_are_profiled() {
+    let flat = only_profile("medium", "medium", &[]);
     assert_near("site_a", flat.bytes("site_a"), 40.0 * 98_304.0, 0.06);
     assert_near("grow", flat.bytes("grow"), 20.0 * 98_304.0, 0.06);
     assert_eq!(
         flat.bytes("site_b"),
         0.0,
-        "realloc moved site_b's bytes to grow"
+        "realloc moved site_b's bytes to grow, free took the rest"
     );
 }
 

@@ -266,6 +266,26 @@ fn double_free_of_a_large_block_is_stopped() {
     free_stopped("double_free_large", &["cold", "remote"], DOUBLE_FREE);
 }
 
+/// Until its slabs serve again: a thread started between the two frees
+/// takes a slab for its first blocks, the freed span's first one (a dirty
+/// free slab, of the segment freed into last), and the second free is one
+/// of a live block of that slab's, as a double free of a small block whose
+/// slab went back to its segment and was taken again.
+#[test]
+fn double_free_of_a_medium_block_is_stopped() {
+    const MEDIUM: &[&str] = &["double free of a medium block"];
+    const NO_THREAD_STARTED: &[&str] = &["cold", "warm", "exiting"];
+    free_stopped("double_free_medium", NO_THREAD_STARTED, MEDIUM);
+    stopped_with(
+        "double_free_medium",
+        &["cold", "warm"],
+        "free",
+        PROFILE_EVERY_BLOCK,
+        MEDIUM,
+        0,
+    );
+}
+
 #[test]
 fn debug_mode_stops_every_double_free() {
     for case in [
@@ -439,6 +459,7 @@ fn free_of_an_interior_pointer_is_stopped() {
     // Past a full sheaf, into the thread's own slab (`free_to_slab`).
     stopped_with("interior_active_slab", &["warm"], "full", &[], INVALID, 0);
     free_stopped("interior_large", &["cold", "remote"], INVALID);
+    free_stopped("interior_medium", EVERYWHERE, INVALID);
     stopped_with(
         "interior",
         COLD_WARM_REMOTE,
@@ -447,6 +468,11 @@ fn free_of_an_interior_pointer_is_stopped() {
         INVALID,
         0,
     );
+}
+
+#[test]
+fn free_of_a_medium_blocks_later_slab_is_stopped() {
+    free_stopped("span_tail", EVERYWHERE, INVALID);
 }
 
 #[test]
@@ -477,9 +503,17 @@ fn free_of_memory_slubmalloc_never_handed_out_is_stopped() {
 #[test]
 fn realloc_and_usable_size_of_an_invalid_pointer_are_stopped() {
     for op in ["realloc", "usable"] {
-        for case in ["interior", "never_carved", "double_free_emptied"] {
+        for case in [
+            "interior",
+            "never_carved",
+            "double_free_emptied",
+            "interior_medium",
+            "span_tail",
+        ] {
             stopped_with(case, COLD_WARM_REMOTE, op, &[], INVALID, 0);
         }
+        // In one thread: see `double_free_of_a_medium_block_is_stopped`.
+        stopped_with("double_free_medium", &["cold", "warm"], op, &[], INVALID, 0);
         // Not in a segment: the message names the call.
         let names: &[&str] = match op {
             "realloc" => &["realloc of an invalid pointer"],
