@@ -84,8 +84,8 @@ pub struct Anchor {
     /// Process-wide `u64` counters: segments, large blocks, their bytes,
     /// their mappings' bytes, the large cache's bytes, its limit, its hits,
     /// background purges, purger starts, mmaps, purges, bytes purged,
-    /// medium blocks, their bytes.
-    globals: [*const AtomicU64; 14],
+    /// medium blocks, their bytes, the sheaf budget the threads took.
+    globals: [*const AtomicU64; 15],
 }
 
 // SAFETY: the anchor is never written; its pointers name statics.
@@ -149,12 +149,13 @@ pub static ANCHOR: Anchor = Anchor {
         &raw const PURGED_BYTES,
         global_field(offset_of!(Global, medium_blocks)),
         global_field(offset_of!(Global, medium_bytes)),
+        global_field(offset_of!(Global, sheaf_budget_taken)),
     ],
 };
 
 // What the reader takes for granted: a counter block is `Ev::COUNT` u64s;
-// on 64-bit targets the anchor has no padding (slubtop's copy is 264 bytes)
+// on 64-bit targets the anchor has no padding (slubtop's copy is 272 bytes)
 // and node gauges are 8 bytes.
 const _: () = assert!(size_of::<Counters>() == Ev::COUNT * 8);
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<Anchor>() == 264);
+const _: () = assert!(size_of::<Anchor>() == 272);

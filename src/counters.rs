@@ -130,8 +130,7 @@ pub struct Global {
     pub medium_blocks: AtomicU64,
     pub medium_bytes: AtomicU64,
     /// Sheaf budget the threads took from the process's pool
-    /// (`sheaf_budget`), in bytes: the pool's state, not yet in the
-    /// statistics (the anchor would have to name it for slubtop).
+    /// (`sheaf_budget`), in bytes.
     pub sheaf_budget_taken: AtomicU64,
 }
 

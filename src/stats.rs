@@ -172,6 +172,9 @@ stat_fields! {
     background_purges: ("background purges", "");
     /// Background purger threads started (one lives while a purge is pending).
     purger_starts: ("purger starts", "");
+    /// Sheaf capacity the threads took from the process's pool (32 MiB),
+    /// beyond the 64 KiB each may grow its sheaves by on its own.
+    sheaf_budget_taken: ("sheaf budget taken", " B");
     /// Threads with a heap, alive.
     threads_alive: ("threads alive", "");
     /// Threads that had a heap and exited.
@@ -268,6 +271,7 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         bytes_purged: os::PURGED_BYTES.load(Ordering::Relaxed),
         background_purges: g.background_purges.load(Ordering::Relaxed),
         purger_starts: g.purger_starts.load(Ordering::Relaxed),
+        sheaf_budget_taken: g.sheaf_budget_taken.load(Ordering::Relaxed),
         threads_alive: alive,
         threads_exited: exited,
     };

@@ -13,7 +13,7 @@ use crate::target::{Error, Found, Target};
 /// The anchor layout this slubtop reads (`ANCHOR_VERSION` in src/anchor.rs).
 pub const ANCHOR_VERSION: u32 = 2;
 const ANCHOR_MAGIC: &[u8; 8] = b"SLUBANCH";
-const ANCHOR_BYTES: usize = 264;
+const ANCHOR_BYTES: usize = 272;
 /// Tries before giving up on a snapshot.
 pub const TRIES: u32 = 1000;
 
@@ -67,8 +67,8 @@ struct Anchor {
     /// segments, large_blocks, large_bytes, large_mapped, large_cached,
     /// large_cache_limit, large_cache_hits, background_purges,
     /// purger_starts, mmaps, purges, purged_bytes, medium_blocks,
-    /// medium_bytes.
-    globals: [u64; 14],
+    /// medium_bytes, sheaf_budget_taken.
+    globals: [u64; 15],
 }
 
 fn u32_at(b: &[u8], at: usize) -> u64 {
@@ -175,7 +175,7 @@ pub const CACHE_FIELDS: [&str; 28] = [
 ];
 
 /// The process-wide totals, the fields of the in-process `Totals` in order.
-pub const TOTALS_FIELDS: [&str; 18] = [
+pub const TOTALS_FIELDS: [&str; 19] = [
     "bytes_in_use",
     "bytes_mapped",
     "resident_bytes",
@@ -192,6 +192,7 @@ pub const TOTALS_FIELDS: [&str; 18] = [
     "bytes_purged",
     "background_purges",
     "purger_starts",
+    "sheaf_budget_taken",
     "threads_alive",
     "threads_exited",
 ];
@@ -224,8 +225,8 @@ pub mod total {
     pub const MEDIUM_BYTES: usize = 5;
     pub const LARGE_BLOCKS: usize = 6;
     pub const LARGE_BYTES: usize = 7;
-    pub const THREADS_ALIVE: usize = 16;
-    pub const THREADS_EXITED: usize = 17;
+    pub const THREADS_ALIVE: usize = 17;
+    pub const THREADS_EXITED: usize = 18;
 }
 
 /// A consistent snapshot.
@@ -233,7 +234,7 @@ pub mod total {
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
     pub caches: Vec<[u64; 28]>,
-    pub totals: [u64; 18],
+    pub totals: [u64; 19],
     /// Tries it took.
     pub tries: u32,
 }
@@ -258,7 +259,7 @@ struct Raw {
     sums: Vec<[u64; EVENTS]>,
     /// Per class, the node's eight fields.
     nodes: Vec<[u64; 8]>,
-    globals: [u64; 14],
+    globals: [u64; 15],
     alive: u64,
     exited: u64,
 }
@@ -509,7 +510,7 @@ impl Reader {
             bytes_in_use = bytes_in_use.wrapping_add(in_use.wrapping_mul(object_size));
         }
         let g = raw.globals;
-        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged, medium_blocks, medium_bytes] =
+        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged, medium_blocks, medium_bytes, sheaf_budget] =
             g;
         let totals = [
             bytes_in_use
@@ -532,6 +533,7 @@ impl Reader {
             purged,
             background,
             starts,
+            sheaf_budget,
             raw.alive,
             raw.exited,
         ];

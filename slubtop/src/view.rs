@@ -279,7 +279,7 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         Some(("head", 7)),
         Some(("tail", 7)),
     ];
-    const LABELS: [(&str, &str); 18] = [
+    const LABELS: [(&str, &str); 19] = [
         ("in use", " B"),
         ("mapped", " B"),
         ("resident", " B"),
@@ -296,6 +296,7 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         ("purged", " B"),
         ("background purges", ""),
         ("purger starts", ""),
+        ("sheaf budget taken", " B"),
         ("threads alive", ""),
         ("threads exited", ""),
     ];

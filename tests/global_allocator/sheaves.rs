@@ -516,6 +516,7 @@ fn the_threads_sheaves_grow_within_the_process_pool() {
         .collect();
     grown.wait();
     let held = capacity() - before;
+    let taken = slubmalloc::stats().totals.sheaf_budget_taken;
     measured.wait();
     for t in threads {
         t.join().unwrap();
@@ -535,4 +536,7 @@ fn the_threads_sheaves_grow_within_the_process_pool() {
         "the sheaves did not grow to the budgets: {held} of {bound}"
     );
     assert_eq!(capacity(), before, "exited threads' sheaves hold capacity");
+    // The pool, taken in 64 KiB steps, is all taken; and all given back.
+    assert_eq!(taken, 32 << 20, "the budget taken from the pool");
+    assert_eq!(slubmalloc::stats().totals.sheaf_budget_taken, 0);
 }
