@@ -4,7 +4,10 @@
 //! detached list are empty takes one before it carves more of its active
 //! slab. So blocks that one thread frees serve another's allocations with
 //! no trip through their slabs, and a thread that allocates what others free
-//! touches no fresh pages. Bounded (`BARN_SHEAVES` per class); a thread's
+//! touches no fresh pages. Bounded (`BARN_SHEAVES` shelves per class, each
+//! of up to the class's most sheaf, `size_class::SHEAF_CAP`: sheaves
+//! smaller than that, sized by their threads' demand, share a shelf); a
+//! thread's
 //! exit, `trim()` and every purge flush the barns back to the slabs
 //! (`free::flush_barns`).
 
@@ -12,10 +15,11 @@ use core::cell::Cell;
 use core::ptr;
 
 use crate::size_class::{NUM_CLASSES, SHEAF_MAX};
-use crate::sync::{AtomicU32, Locked, Ordering};
+use crate::sync::{invariant, AtomicU32, Locked, Ordering};
 
-/// Full sheaves a class's barn holds: at most 8 x 16 KiB of blocks per
-/// class (Linux keeps at most 10 full and 10 empty per node).
+/// Shelves a class's barn holds, each of up to the class's most sheaf (32
+/// blocks and 16 KiB, or one block): at most 8 x 16 KiB of blocks per class
+/// (Linux keeps at most 10 full sheaves and 10 empty per node).
 pub const BARN_SHEAVES: usize = 8;
 
 struct Shelves {
@@ -31,9 +35,13 @@ unsafe impl Send for Shelves {}
 /// One class's barn.
 pub struct Barn {
     shelves: Locked<Shelves>,
-    /// The full sheaves in the barn, written under the lock, read without
-    /// it to skip the lock when there is nothing to take or no room.
+    /// The shelves in use, written under the lock, read without it to skip
+    /// the lock when there is nothing to take.
     full: AtomicU32,
+    /// Nonzero when every shelf is in use and the last is full, written
+    /// under the lock, read without it to skip the lock when there is no
+    /// room.
+    no_room: AtomicU32,
 }
 
 /// Per class; all zeros until a class's barn is first used (no page of it
@@ -49,34 +57,45 @@ impl Barn {
                 full: 0,
             }),
             full: AtomicU32::new(0),
+            no_room: AtomicU32::new(0),
         }
     }
 
-    /// Takes the blocks of `sheaf` (a full sheaf's, all tagged) as one full
-    /// sheaf; false, with nothing taken, if the barn has no room.
-    pub fn put(&self, sheaf: &[Cell<*mut u8>]) -> bool {
+    /// Takes the blocks of `sheaf` (a full sheaf's, all tagged): on top of
+    /// the last shelf if it then holds at most `shelf_max` blocks (the
+    /// class's `SHEAF_CAP`), else on a shelf of their own; false, with
+    /// nothing taken, if the barn has no room.
+    pub fn put(&self, sheaf: &[Cell<*mut u8>], shelf_max: usize) -> bool {
+        invariant!(!sheaf.is_empty() && sheaf.len() <= shelf_max && shelf_max <= SHEAF_MAX);
         // Relaxed: a hint; the lock orders what it guards.
-        if self.full.load(Ordering::Relaxed) as usize >= BARN_SHEAVES {
+        if self.no_room.load(Ordering::Relaxed) != 0 {
             return false;
         }
         self.shelves.with(|s| {
-            if s.full == BARN_SHEAVES {
-                return false;
+            let on_top = s.full != 0 && s.lens[s.full - 1] as usize + sheaf.len() <= shelf_max;
+            if !on_top {
+                if s.full == BARN_SHEAVES {
+                    let last_full = s.lens[s.full - 1] as usize >= shelf_max;
+                    self.no_room.store(last_full as u32, Ordering::Relaxed);
+                    return false;
+                }
+                s.lens[s.full] = 0;
+                s.full += 1;
+                self.full.store(s.full as u32, Ordering::Relaxed);
             }
-            for (shelf, b) in s.blocks[s.full].iter_mut().zip(sheaf) {
+            let top = s.full - 1;
+            let len = s.lens[top] as usize;
+            for (shelf, b) in s.blocks[top][len..].iter_mut().zip(sheaf) {
                 *shelf = b.get();
             }
-            s.lens[s.full] = sheaf.len() as u32;
-            s.full += 1;
-            self.full.store(s.full as u32, Ordering::Relaxed);
+            s.lens[top] = (len + sheaf.len()) as u32;
             true
         })
     }
 
-    /// Moves the blocks of the last full sheaf put, or as many of them as
-    /// `into` has room for (a sheaf smaller than the one put: the rest stay
-    /// in the barn), into `into` (from its start); returns how many, 0 if
-    /// the barn is empty.
+    /// Moves the blocks of the last shelf, or as many of its newest as
+    /// `into` has room for (the rest stay in the barn), into `into` (from
+    /// its start); returns how many, 0 if the barn is empty.
     pub fn take(&self, into: &[Cell<*mut u8>]) -> u32 {
         // Relaxed: as in `put`.
         if self.full.load(Ordering::Relaxed) == 0 {
@@ -97,6 +116,7 @@ impl Barn {
                 s.full = top;
                 self.full.store(s.full as u32, Ordering::Relaxed);
             }
+            self.no_room.store(0, Ordering::Relaxed);
             n as u32
         })
     }
@@ -118,6 +138,7 @@ impl Barn {
         // lock is gone.
         unsafe { (*self.shelves.data_ptr()).full = 0 };
         self.full.store(0, Ordering::Relaxed);
+        self.no_room.store(0, Ordering::Relaxed);
         self.shelves.lock.reset_in_child();
     }
 }
@@ -137,29 +158,39 @@ mod tests {
             .collect()
     }
 
-    /// A barn takes whole sheaves up to its bound, refuses the next, and
-    /// hands back the last one put, each with its own length; what it
-    /// holds is counted.
+    /// A barn keeps sheaves on shelves of up to `shelf_max` blocks, a
+    /// sheaf on top of the last shelf where it fits, else on a new shelf
+    /// up to its bound, and refuses the next; a take hands back the newest
+    /// blocks of the last shelf, as many as the taker's sheaf holds; what
+    /// it holds is counted.
     #[test]
-    fn a_barn_holds_whole_sheaves_up_to_its_bound() {
+    fn a_barn_shelves_sheaves_up_to_its_bound() {
         let barn = Barn::new();
         let into = sheaf(0, SHEAF_MAX);
+        let addrs = |cells: &[Cell<*mut u8>]| cells.iter().map(Cell::get).collect::<Vec<_>>();
         assert_eq!(barn.take(&into), 0, "an empty barn hands out nothing");
-        for k in 0..BARN_SHEAVES {
-            assert!(barn.put(&sheaf(1000 * (k + 1), k + 1)), "sheaf {k} refused");
+        // Sheaves of 8: four to a shelf of 32.
+        for k in 0..4 * BARN_SHEAVES {
+            assert!(barn.put(&sheaf(1000 * (k + 1), 8), 32), "sheaf {k} refused");
         }
-        let held = (1..=BARN_SHEAVES as u64).sum::<u64>();
-        assert_eq!(barn.blocks(), held);
-        assert!(!barn.put(&sheaf(99_000, 4)), "a full barn took a sheaf");
-        assert_eq!(barn.blocks(), held, "a refused sheaf changed the count");
-        for k in (0..BARN_SHEAVES).rev() {
-            let n = barn.take(&into) as usize;
-            assert_eq!(n, k + 1);
-            let got: Vec<_> = into[..n].iter().map(Cell::get).collect();
-            let put: Vec<_> = sheaf(1000 * (k + 1), k + 1).iter().map(Cell::get).collect();
-            assert_eq!(got, put, "sheaf {k} came back changed");
-        }
-        assert_eq!(barn.blocks(), 0);
-        assert_eq!(barn.take(&into), 0);
+        assert_eq!(barn.blocks(), (32 * BARN_SHEAVES) as u64);
+        assert!(!barn.put(&sheaf(99_000, 1), 32), "a full barn took a sheaf");
+        assert_eq!(barn.blocks(), (32 * BARN_SHEAVES) as u64, "a refused sheaf changed the count");
+        // A taker of 12 gets the last sheaf put and the newest 4 of the one
+        // before; then the rest of the shelf.
+        assert_eq!(barn.take(&into[..12]), 12);
+        let last = 4 * BARN_SHEAVES;
+        let mut want = addrs(&sheaf(1000 * (last - 1) + 4, 4));
+        want.extend(addrs(&sheaf(1000 * last, 8)));
+        assert_eq!(addrs(&into[..12]), want);
+        assert_eq!(barn.take(&into), 20);
+        assert_eq!(barn.blocks(), (32 * (BARN_SHEAVES - 1)) as u64);
+        // A shelf of a class whose most sheaf is one block holds one.
+        let one = Barn::new();
+        assert!(one.put(&sheaf(5000, 1), 1));
+        assert!(one.put(&sheaf(6000, 1), 1));
+        assert_eq!(one.take(&into), 1);
+        assert_eq!(one.take(&into), 1);
+        assert_eq!(one.take(&into), 0);
     }
 }

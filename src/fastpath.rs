@@ -20,7 +20,7 @@ use crate::remote_free::free_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::sheaf;
 use crate::sheaf_budget;
-use crate::size_class::NUM_CLASSES;
+use crate::size_class::{NUM_CLASSES, SHEAF_CAP};
 use crate::slab::{double_free, invalid_free, Slab, State};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
@@ -247,7 +247,7 @@ fn free_no_room(p: *mut u8) {
     if purge::program_has_other_threads()
         && owner != 0
         && owner != heap as usize
-        && barn::BARNS[class].put(&c.sheaf[1..=cap as usize])
+        && barn::BARNS[class].put(&c.sheaf[1..=cap as usize], SHEAF_CAP[class] as usize)
     {
         c.sheaf_len.set(0);
         c.ev.add(Ev::SheafToBarn, cap as u64);

@@ -21,6 +21,7 @@ use crate::release::{keep_partial, retire_active_if_empty, trim_partials};
 use crate::segment;
 use crate::shared;
 use crate::sheaf;
+use crate::sheaf_budget;
 use crate::size_class;
 use crate::sync::Ordering;
 use crate::tls::current;
@@ -121,11 +122,17 @@ fn take_from_barn(heap: &Heap, class: usize) -> Option<*mut u8> {
     if c.sheaf_cap.get() == 0 || c.sheaf_len.get() != 0 || !ptr::eq(heap, current()) {
         return None;
     }
-    let n = barn::BARNS[class].take(&c.sheaf[1..=c.sheaf_cap.get() as usize]);
+    let cap = c.sheaf_cap.get();
+    let n = barn::BARNS[class].take(&c.sheaf[1..=cap as usize]);
     if n == 0 {
         return None;
     }
     c.ev.add(Ev::SheafFromBarn, n as u64);
+    if n == cap {
+        // The barn had a whole sheaf for it: the thread allocates what
+        // others free, and its next take may bring more.
+        sheaf_budget::refilled_whole(heap, class);
+    }
     // Popped as the fast path pops (a heap of this thread's: its secret is
     // set).
     Some(sheaf::pop(c, n, heap.secret.get()))

@@ -3,7 +3,8 @@
 //! that warms up starts with a sheaf of `size_class::SHEAF_START` blocks
 //! (`Heap::warm_up`); it doubles, up to `SHEAF_CAP`, when the thread
 //! overflows it after a miss, that is, after allocations of the class went
-//! past an empty sheaf, to the slab or the barn, since its last overflow (the thread reuses what
+//! past an empty sheaf, to the slab or the barn, since its last overflow,
+//! and when the barn fills the whole of an empty sheaf (the thread reuses what
 //! it frees: a thread that only frees what others allocate never grows
 //! its sheaves, whose full ones go to the barn). Capacity beyond the starts
 //! is charged in bytes against the thread's budget,
@@ -63,6 +64,14 @@ pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
     if tick.wrapping_sub(heap.sheaf_scavenged_at.get()) >= window {
         scavenge(heap);
     }
+}
+
+/// An empty sheaf of `class` in `heap` took a whole sheaf's worth from the
+/// barn (a miss the barn could fill): it doubles, within the budget, so
+/// that a thread that allocates what others free takes more per trip to
+/// the barn.
+pub fn refilled_whole(heap: &Heap, class: usize) {
+    grow(heap, class);
 }
 
 /// Doubles `class`'s capacity, up to its most, if the budget allows it
