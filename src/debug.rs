@@ -14,7 +14,8 @@
 //! slow path to `alloc`, and every free of a debug block misses the free
 //! fast path's owner compare and reaches `free`. The fast paths do not test
 //! for debug mode at all. The orphan heap's counters are summed with the
-//! threads' (the statistics, their walk, slubtop), and a forked child that
+//! threads' (the statistics, their walk, slubtop; its listed slabs count
+//! as thread partial slabs), and a forked child that
 //! finds `ORPHAN_LOCK` taken replaces that heap, leaking its debug slabs
 //! (`heap::repair_orphan_in_child`).
 //!

@@ -38,6 +38,7 @@ pub const MAX_THREAD_PARTIAL: u32 = 32;
 /// regularly keeps its slab. Counted in slabs taken instead (a class with no
 /// allocation over the last two), a slab given back was soon taken again
 /// (`churn` took more than ten times the slabs, with more time and memory).
+/// Debug mode keeps its classes' empty slabs by the same count (`debug`).
 pub const IDLE_ALLOCS: u32 = 4096;
 
 /// Per class: the fast paths' state and this thread's counters for the
@@ -49,8 +50,9 @@ pub const IDLE_ALLOCS: u32 = 4096;
 pub struct ClassHeap {
     /// Blocks in the sheaf: `sheaf[1..=sheaf_len]`, the top last.
     pub sheaf_len: Cell<u32>,
-    /// The sheaf's capacity while the class is warm, sized by demand (`sheaf_budget`), from `size_class::SHEAF_START` up
-    /// to `SHEAF_CAP`; else 0, so that every free of the class finds the
+    /// The sheaf's capacity while the class is warm, sized by demand
+    /// (`sheaf_budget`), from `size_class::SHEAF_START` up to `SHEAF_CAP`;
+    /// else 0, so that every free of the class finds the
     /// sheaf full and takes the slow path. Set by `Heap::set_sheaf_cap`.
     pub sheaf_cap: Cell<u32>,
     pub active: Cell<*mut Slab>,

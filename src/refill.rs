@@ -26,8 +26,9 @@ use crate::tls::current;
 
 /// The allocation slow path: the class's free list is empty (or the thread
 /// has no heap yet, or debug mode, whose thread heaps own no slab). The
-/// arguments come in the order of `malloc`'s and `__rust_alloc`'s own, so that the fast
-/// path jumps here with `size` and `align` still in their registers.
+/// arguments come in the order of `malloc`'s and `__rust_alloc`'s own, so
+/// that the fast path jumps here with `size` and `align` still in their
+/// registers.
 #[cold]
 #[inline(never)]
 pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {

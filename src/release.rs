@@ -118,8 +118,9 @@ pub fn retire_active_if_empty(heap: &Heap, k: usize) {
 
 /// Whether every object of the active slab `a` of class heap `c` is free:
 /// `inuse` counts the objects neither on its local list nor uncarved, so
-/// those on the heap's detached list must make it up (an object on its remote list counts in `inuse` too, so a
-/// slab with remote frees not taken yet reads as in use).
+/// those on the heap's detached list must make it up (an object on its
+/// remote list counts in `inuse` too, so a slab with remote frees not
+/// taken yet reads as in use).
 fn active_is_empty(c: &ClassHeap, a: &Slab) -> bool {
     let bound = a.objects.get();
     freelist::list_len(c.detached.get(), bound) == a.inuse.get()

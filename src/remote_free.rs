@@ -2,9 +2,9 @@
 //! block's slab (the free fast path's owner compare failed), a sampled
 //! block's, a medium block's and every small block's of debug mode among
 //! them. The common case, a slab another heap owns, is one push onto its
-//! remote list; everything else goes to `free::free_unowned` with the slow paths' heap,
-//! created here if the thread has none yet (a thread whose first call is a
-//! free gets its heap, and its sheaves, this way).
+//! remote list; everything else goes to `free::free_unowned` with the slow
+//! paths' heap, created here if the thread has none yet (a thread whose
+//! first call is a free gets its heap, and its sheaves, this way).
 
 use crate::counters::Ev;
 use crate::debug;
@@ -21,8 +21,9 @@ use crate::tls::current;
 /// A free by a thread that does not own the slab. The common case, a slab
 /// that another heap owns, is one `push_remote`, done here without the
 /// slow-heap machinery and with no call that returns, so no registers to
-/// save; everything else goes through `free_unowned`. The block comes first, where `free` received it, so that
-/// the fast path jumps here without moving it.
+/// save; everything else goes through `free_unowned`. The block comes
+/// first, where `free` received it, so that the fast path jumps here
+/// without moving it.
 #[inline(never)]
 pub fn free_slow(p: *mut u8, slab: &Slab) {
     // --- heap profile: a sampled block, in a slab of the profile heap.

@@ -37,8 +37,8 @@
 //! slabs), a static heap (before the thread's heap exists, and after its
 //! exit), and the class heap of the slabs of the heap profile, of medium
 //! blocks and of debug mode (`heap::Heap::no_sheaf`); in debug mode no
-//! class of a thread's heap is warm (`debug`). A warm class's capacity is sized by demand
-//! (`sheaf_budget`).
+//! class of a thread's heap is warm (`debug`). A warm class's capacity is
+//! sized by demand (`sheaf_budget`).
 
 use crate::counters::Ev;
 use crate::freelist::{take_sheaf_block, SheafBlock, HARDENING};
