@@ -319,11 +319,12 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 }
 
 /// Gives back all the memory we can: the calling thread's sheaves go back
-/// to their slabs, its slabs to the
-/// node lists, their empty slabs to their segments, free slabs and cached
-/// large blocks to the kernel.
+/// to their slabs, its slabs to the node lists, their empty slabs (and
+/// those debug mode keeps) to their segments, free slabs and cached large
+/// blocks to the kernel.
 pub fn trim() {
     thread_idle();
+    debug::give_back_empty();
     node::release_empty_slabs();
     segment::purge_now();
     large::purge_cache(u64::MAX);

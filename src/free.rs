@@ -12,9 +12,8 @@ use core::ptr;
 
 use crate::barn;
 use crate::counters::Ev;
-use crate::debug;
 use crate::freelist::take_sheaf_block;
-use crate::freelist::{self, set_next, HARDENING};
+use crate::freelist::{self, HARDENING};
 use crate::heap::{owner_tag, ClassHeap, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
 use crate::node::NODES;
 use crate::release::{keep_partial, release, slab_emptied, trim_partials};
@@ -31,10 +30,6 @@ use crate::tls::current;
 /// `slab::looks_free(p)` as `remote_free::free_slow` read it, before any
 /// write into `p`.
 pub fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
-    if debug::enabled() {
-        not_a_live_block(slab.state(), slab, p);
-        debug::on_free(slab, p);
-    }
     let class = slab.class.get() as usize;
     loop {
         let state = match slab.push_remote(p, owner_tag(heap), looks_free) {
@@ -64,8 +59,8 @@ pub fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
             let last = slab.last_owner.get();
             if last != 0 && last != owner_tag(heap) {
                 // SAFETY: heaps are never unmapped (an exited one reads
-                // CLOSED); `last` is a heap's owner tag.
-                let to = unsafe { &*((last & !1) as *const Heap) };
+                // CLOSED); `last` is a heap's owner tag, its address.
+                let to = unsafe { &*(last as *const Heap) };
                 if slab.give_back(last, &to.classes[class].returned) {
                     heap.classes[class].ev.inc(Ev::FreeRemote);
                     return;
@@ -187,17 +182,7 @@ fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
     if looks_free {
         return free_suspicious(p, heap as *const Heap as *mut Heap, slab);
     }
-    let c = &heap.classes[slab.class.get() as usize];
-    if debug::enabled() && core::ptr::eq(c.active.get(), slab) {
-        // Debug mode reuses the block freed last first, so that a write
-        // after free is caught by the very next allocation of the class.
-        // SAFETY: as above; the stash is the active slab's detached list.
-        unsafe { set_next(p, c.stash.get()) };
-        c.stash.set(p);
-        c.ev.inc(Ev::FreeFast);
-    } else {
-        push_local(heap, slab, p);
-    }
+    push_local(heap, slab, p);
 }
 
 /// `p`'s first word decodes to a valid link, or its second is its sheaf
@@ -220,7 +205,6 @@ pub fn free_suspicious(p: *mut u8, heap: *mut Heap, slab: &Slab) {
     if freelist::list_contains(slab.local_free.get(), p, bound)
         || freelist::list_contains(remote, p, bound)
         || (active && freelist::list_contains(c.detached.get(), p, bound))
-        || (active && freelist::list_contains(c.stash.get(), p, bound))
     {
         double_free(p);
     }

@@ -17,7 +17,6 @@ use core::ptr;
 use crate::counters::{Counters, Ev};
 use crate::freelist;
 use crate::list::{Linked, List};
-use crate::options;
 use crate::os;
 use crate::purge;
 use crate::segment::SLAB_BYTES;
@@ -34,6 +33,14 @@ use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering
 /// its biggest classes per thread, and ran slower with 16.
 pub const MAX_THREAD_PARTIAL: u32 = 32;
 
+/// Allocations the heap makes, of any class, with none of a class, before
+/// that class's empty active slab may go back: a class used a little but
+/// regularly keeps its slab. Counted in slabs taken instead (a class with no
+/// allocation over the last two), a slab given back was soon taken again
+/// (`churn` took more than ten times the slabs, with more time and memory).
+/// Debug mode keeps its classes' empty slabs by the same count (`debug`).
+pub const IDLE_ALLOCS: u32 = 4096;
+
 /// Per class: the fast paths' state and this thread's counters for the
 /// class, 512 bytes (`CLASS_SCALE`), eight cache lines. The first holds the
 /// sheaf's length, the active slab, the detached list and the counters of
@@ -43,9 +50,9 @@ pub const MAX_THREAD_PARTIAL: u32 = 32;
 pub struct ClassHeap {
     /// Blocks in the sheaf: `sheaf[1..=sheaf_len]`, the top last.
     pub sheaf_len: Cell<u32>,
-    /// The sheaf's capacity while the class is warm (outside debug mode),
-    /// sized by demand (`sheaf_budget`), from `size_class::SHEAF_START` up
-    /// to `SHEAF_CAP`; else 0, so that every free of the class finds the
+    /// The sheaf's capacity while the class is warm, sized by demand
+    /// (`sheaf_budget`), from `size_class::SHEAF_START` up to `SHEAF_CAP`;
+    /// else 0, so that every free of the class finds the
     /// sheaf full and takes the slow path. Set by `Heap::set_sheaf_cap`.
     pub sheaf_cap: Cell<u32>,
     pub active: Cell<*mut Slab>,
@@ -63,9 +70,6 @@ pub struct ClassHeap {
     /// the tail, so they gather more frees before their turn.
     pub partial: List<Slab>,
     pub partial_count: Cell<u32>,
-    /// In debug mode the detached list waits here, so that `detached` stays
-    /// empty and every allocation takes the slow path.
-    pub stash: Cell<*mut u8>,
     /// Our full slabs handed back by their first free from another thread,
     /// linked through `Slab::next` (a stack other threads push on; we take
     /// it whole). `CLOSED` once the thread has exited.
@@ -95,8 +99,9 @@ const _: () = assert!(NO_SHEAF_OFFSET <= u16::MAX as usize);
 pub struct Heap {
     pub classes: [ClassHeap; NUM_CLASSES],
     /// A class heap that never has a sheaf, at `NO_SHEAF_OFFSET`: the
-    /// class heap the free fast path finds for the heap profile's slabs,
-    /// whose frees must all take the slow path. Never written.
+    /// class heap the free fast path finds for the slabs of the heap
+    /// profile, of medium blocks and of debug mode, whose frees must all
+    /// take the slow path. Never written.
     pub no_sheaf: ClassHeap,
     /// Registry links (`Registry::live`), or the pool's (`next` alone).
     pub next: Cell<*mut Heap>,
@@ -232,7 +237,6 @@ impl ClassHeap {
             sheaf: [const { Cell::new(ptr::null_mut()) }; SHEAF_MAX + 1],
             partial: List::new(),
             partial_count: Cell::new(0),
-            stash: Cell::new(ptr::null_mut()),
             returned: AtomicPtr::new(ptr::null_mut()),
             last_listed_free: Cell::new(0),
             sheaf_demand: Cell::new(0),
@@ -276,7 +280,6 @@ impl Heap {
                 c.active.set(ptr::null_mut());
                 c.partial.clear();
                 c.partial_count.set(0);
-                c.stash.set(ptr::null_mut());
             }
             c.ev.clear_if_set();
         }
@@ -320,11 +323,9 @@ impl Heap {
             return;
         }
         self.warm.set(self.warm.get() | 1 << class);
-        if !options::get().debug {
-            let c = &self.classes[class];
-            c.sheaf_demand.set(c.misses());
-            self.set_sheaf_cap(class, SHEAF_START[class]);
-        }
+        let c = &self.classes[class];
+        c.sheaf_demand.set(c.misses());
+        self.set_sheaf_cap(class, SHEAF_START[class]);
         // Relaxed: nothing is published; a give-back that still reads
         // CLOSED adopts its slab instead, as it would have before.
         let _ = self.classes[class].returned.compare_exchange(
@@ -388,7 +389,8 @@ impl Heap {
 
 pub static EMPTY_HEAP: Heap = Heap::new();
 pub static DEAD_HEAP: Heap = Heap::new();
-/// The heap of threads past their exit destructor, used under `ORPHAN_LOCK`:
+/// The heap of threads past their exit destructor, and in debug mode the
+/// owner of every small block's slab (`debug`), used under `ORPHAN_LOCK`:
 /// `FIRST_ORPHAN_HEAP`, or a fresh one in a forked child that found the old
 /// one half written (`repair_orphan_in_child`).
 pub static ORPHAN: AtomicPtr<Heap> = AtomicPtr::new(&FIRST_ORPHAN_HEAP as *const Heap as *mut Heap);
@@ -425,12 +427,10 @@ pub fn prof_owner() -> usize {
 pub const EMPTY: *mut Heap = &EMPTY_HEAP as *const Heap as *mut Heap;
 pub const DEAD: *mut Heap = &DEAD_HEAP as *const Heap as *mut Heap;
 
-/// The id a heap stores in `Slab::owner`: the heap's address, with bit 0
-/// set in debug mode so that the owner compare of the free fast path
-/// (`fastpath::free_to_slab`: debug mode has no sheaves) always fails.
-#[inline]
+/// The id a heap stores in `Slab::owner`: the heap's address.
+#[inline(always)]
 pub fn owner_tag(heap: *const Heap) -> usize {
-    heap as usize | options::get().debug as usize
+    heap as usize
 }
 
 // ---------------------------------------------------------------------------
@@ -543,7 +543,6 @@ pub fn walk_heaps(
             for (class, c) in h.classes.iter().enumerate() {
                 let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
                 detached[class] += freelist::list_len(c.detached.get(), bound) as u64;
-                detached[class] += freelist::list_len(c.stash.get(), bound) as u64;
                 thread_partial[class] += c.partial.iter().count() as u64;
                 sheaves[class] += c.sheaf_len.get() as u64;
             }

@@ -183,17 +183,6 @@ pub fn get() -> &'static Options {
     unsafe { &*OPTIONS.0.get() }
 }
 
-/// The options if they are parsed already, else None; never parses them
-/// (so a hot path that calls it keeps no registers for a call).
-#[inline]
-pub fn ready() -> Option<&'static Options> {
-    if !PARSED.is_done() {
-        return None;
-    }
-    // SAFETY: as in `get`: we saw PARSED done (Acquire).
-    Some(unsafe { &*OPTIONS.0.get() })
-}
-
 #[cold]
 fn parse_once() {
     PARSED.call(|| {

@@ -11,8 +11,8 @@ use crate::counters::Ev;
 use crate::debug;
 use crate::free::flush_class;
 use crate::freelist;
-use crate::heap::{owner_tag, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
-use crate::heap_start::with_slow_heap;
+use crate::heap::{owner_tag, Heap, DEAD, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
+use crate::heap_start::{create_heap, with_slow_heap};
 use crate::large;
 use crate::node::NODES;
 use crate::options;
@@ -22,14 +22,14 @@ use crate::segment;
 use crate::shared;
 use crate::sheaf;
 use crate::sheaf_budget;
-use crate::size_class;
 use crate::sync::Ordering;
 use crate::tls::current;
 
 /// The allocation slow path: the class's free list is empty (or the thread
-/// has no heap yet, or debug mode keeps the lists empty). The arguments come
-/// in the order of `malloc`'s and `__rust_alloc`'s own, so that the fast
-/// path jumps here with `size` and `align` still in their registers.
+/// has no heap yet, or debug mode, whose thread heaps own no slab). The
+/// arguments come in the order of `malloc`'s and `__rust_alloc`'s own, so
+/// that the fast path jumps here with `size` and `align` still in their
+/// registers.
 #[cold]
 #[inline(never)]
 pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
@@ -49,30 +49,24 @@ pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     alloc_unsampled(class, size, align)
 }
 
-/// `alloc_slow` without the profile's countdown.
+/// `alloc_slow` without the profile's countdown. Debug mode's entry: a
+/// bigger slot with a red zone (`debug::alloc`), or a large block; the
+/// thread's heap is created all the same, for its countdown and its exit.
 pub fn alloc_unsampled(class: usize, size: usize, align: usize) -> *mut u8 {
     if debug::enabled() {
-        // A bigger slot with a red zone, or a large block.
-        let Some(class) = debug::slot_class(size, align) else {
-            return large::alloc(size, align, false);
-        };
-        let p = with_slow_heap(|heap| refill_and_pop(heap, class));
-        if !p.is_null() {
-            debug::arm(p, size);
+        if current() == EMPTY {
+            create_heap();
         }
-        return p;
+        return match debug::slot_class(size, align) {
+            Some(class) => debug::alloc(class, size),
+            None => large::alloc(size, align, false),
+        };
     }
     with_slow_heap(|heap| refill_and_pop(heap, class))
 }
 
 fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     let c = &heap.classes[class];
-    let debug = debug::enabled();
-    // Written only when the stash holds blocks: a cold class's heap stays
-    // unwritten (its page need not become resident).
-    if debug && !c.stash.get().is_null() {
-        c.detached.set(c.stash.replace(ptr::null_mut()));
-    }
     if c.detached.get().is_null() {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
@@ -94,11 +88,6 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         if !refill(heap, class) {
             return ptr::null_mut();
         }
-        if debug {
-            // Debug mode follows the whole new list now: a corrupted link
-            // stops the process here rather than when it is reached.
-            freelist::list_len(c.detached.get(), size_class::objects_per_slab(class));
-        }
     }
     // SAFETY: `refill` left a non-empty list of our active slab.
     let obj = unsafe { freelist::pop(&c.detached) };
@@ -106,9 +95,6 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     // SAFETY: `obj` is ours now.
     unsafe { freelist::clear_link(obj) };
     c.ev.inc(Ev::AllocSlow);
-    if debug {
-        c.stash.set(c.detached.replace(ptr::null_mut()));
-    }
     obj
 }
 
@@ -186,9 +172,6 @@ fn refill(heap: &Heap, class: usize) -> bool {
             resident_bytes = 0;
             let (list, n) = a.carve(batch);
             if n > 0 {
-                if debug::enabled() {
-                    debug::poison_list(list, a.size.get() as usize);
-                }
                 c.detached.set(list);
                 a.set_inuse_active();
                 return true;
@@ -236,13 +219,6 @@ fn refill(heap: &Heap, class: usize) -> bool {
         c.active.set(s);
     }
 }
-
-/// Allocations the heap makes, of any class, with none of a class, before
-/// that class's empty active slab may go back: a class used a little but
-/// regularly keeps its slab. Counted in slabs taken instead (a class with no
-/// allocation over the last two), a slab given back was soon taken again
-/// (`churn` took more than ten times the slabs, with more time and memory).
-const IDLE_ALLOCS: u32 = 4096;
 
 /// Before `heap` takes a slab from a segment for `class`: every other warm
 /// class whose active slab is empty and that made no allocation while the

@@ -110,26 +110,20 @@ pub fn retire_active_if_empty(heap: &Heap, k: usize) {
     }
     let _g = NODES[k].lock.guard();
     c.active.set(ptr::null_mut());
-    let (detached, _) = freelist::list_join(
-        c.stash.replace(ptr::null_mut()),
-        c.detached.replace(ptr::null_mut()),
-        u32::MAX,
-    );
     // SAFETY: as above.
-    release(heap, k, unsafe { &*a }, detached);
+    release(heap, k, unsafe { &*a }, c.detached.replace(ptr::null_mut()));
     // With it, the class's empty slab that its node list kept.
     NODES[k].release_empty();
 }
 
 /// Whether every object of the active slab `a` of class heap `c` is free:
 /// `inuse` counts the objects neither on its local list nor uncarved, so
-/// those on the heap's lists (the detached one and debug mode's stash) must
-/// make it up (an object on its remote list counts in `inuse` too, so a
-/// slab with remote frees not taken yet reads as in use).
+/// those on the heap's detached list must make it up (an object on its
+/// remote list counts in `inuse` too, so a slab with remote frees not
+/// taken yet reads as in use).
 fn active_is_empty(c: &ClassHeap, a: &Slab) -> bool {
     let bound = a.objects.get();
-    freelist::list_len(c.detached.get(), bound) + freelist::list_len(c.stash.get(), bound)
-        == a.inuse.get()
+    freelist::list_len(c.detached.get(), bound) == a.inuse.get()
 }
 
 /// Hands every slab of `heap` to the node lists (thread exit, trim). With
@@ -157,12 +151,12 @@ pub fn flush(heap: &Heap, closing: bool) {
         let a = c.active.replace(ptr::null_mut());
         if !a.is_null() {
             // SAFETY: our active slab is live and ours.
-            let (detached, _) = freelist::list_join(
-                c.stash.replace(ptr::null_mut()),
+            release(
+                heap,
+                class,
+                unsafe { &*a },
                 c.detached.replace(ptr::null_mut()),
-                u32::MAX,
             );
-            release(heap, class, unsafe { &*a }, detached);
         }
         release_partials(heap, class);
     }

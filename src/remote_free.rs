@@ -1,18 +1,18 @@
 //! The free slow path's entry: a free by a thread that does not own the
 //! block's slab (the free fast path's owner compare failed), a sampled
-//! block's and a medium block's among them. The common case, a slab
-//! another heap owns, is one push onto its remote list;
-//! everything else goes to `free::free_unowned` with the slow paths' heap,
-//! created here if the thread has none yet (a thread whose first call is a
-//! free gets its heap, and its sheaves, this way).
+//! block's, a medium block's and every small block's of debug mode among
+//! them. The common case, a slab another heap owns, is one push onto its
+//! remote list; everything else goes to `free::free_unowned` with the slow
+//! paths' heap, created here if the thread has none yet (a thread whose
+//! first call is a free gets its heap, and its sheaves, this way).
 
 use crate::counters::Ev;
+use crate::debug;
 use crate::free::free_unowned;
 use crate::freelist::{self, HARDENING};
-use crate::heap::{DEAD, EMPTY};
+use crate::heap::{owner_tag, DEAD, EMPTY};
 use crate::heap_start::with_slow_heap;
 use crate::medium;
-use crate::options;
 use crate::prof::sample;
 use crate::size_class::NO_SHEAF_OFFSET;
 use crate::slab::{self, double_free, Push, Slab};
@@ -21,9 +21,9 @@ use crate::tls::current;
 /// A free by a thread that does not own the slab. The common case, a slab
 /// that another heap owns, is one `push_remote`, done here without the
 /// slow-heap machinery and with no call that returns, so no registers to
-/// save; everything else (options not parsed yet included) goes through
-/// `free_unowned`. The block comes first, where `free` received it, so that
-/// the fast path jumps here without moving it.
+/// save; everything else goes through `free_unowned`. The block comes
+/// first, where `free` received it, so that the fast path jumps here
+/// without moving it.
 #[inline(never)]
 pub fn free_slow(p: *mut u8, slab: &Slab) {
     // --- heap profile: a sampled block, in a slab of the profile heap.
@@ -31,11 +31,16 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
         return sample::free_sampled(slab, p);
     }
     // ---
-    // A medium block: a span's slabs send every free here, as the profile's
-    // do (`medium`).
-    if slab.heap_offset.get() as usize == NO_SHEAF_OFFSET && medium::is_block(slab, p) {
-        sample::free_large(p);
-        return medium::free(slab, p);
+    // A medium block, or debug mode's: their slabs send every free here,
+    // as the profile's do (`medium`, `debug`).
+    if slab.heap_offset.get() as usize == NO_SHEAF_OFFSET {
+        if debug::owns(slab) {
+            return debug::free(slab, p);
+        }
+        if medium::is_block(slab, p) {
+            sample::free_large(p);
+            return medium::free(slab, p);
+        }
     }
     // Read once, before any write into `p`: a push that loses its CAS to a
     // change of state has already written a link into `p`, which a second
@@ -49,17 +54,16 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
         double_free(p);
     }
     let heap = current();
-    let debug = options::ready().is_none_or(|o| o.debug);
-    if heap != EMPTY && heap != DEAD && !debug {
-        // Out of debug mode a heap's owner tag is its address.
-        if slab.push_remote(p, heap as usize, looks_free) == Push::Pushed {
-            // SAFETY: a heap that is neither EMPTY nor DEAD is this
-            // thread's own; the class is in range.
-            unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) }
-                .ev
-                .inc(Ev::FreeRemote);
-            return;
-        }
+    if heap != EMPTY
+        && heap != DEAD
+        && slab.push_remote(p, owner_tag(heap), looks_free) == Push::Pushed
+    {
+        // SAFETY: a heap that is neither EMPTY nor DEAD is this thread's
+        // own; the class is in range.
+        unsafe { (*heap).classes.get_unchecked(slab.class.get() as usize) }
+            .ev
+            .inc(Ev::FreeRemote);
+        return;
     }
     free_unowned_slow(slab, p, looks_free)
 }

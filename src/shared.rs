@@ -12,12 +12,10 @@
 
 use core::ptr;
 
-use crate::debug;
 use crate::heap::Heap;
 use crate::node::NODES;
 use crate::options;
 use crate::segment;
-use crate::size_class;
 
 /// Objects a thread takes from shared slabs per class before the class gets
 /// a slab of its own. The cost of one, against the fast path: a node lock
@@ -54,25 +52,17 @@ pub fn take_if_cold(heap: &Heap, class: usize) -> Option<*mut u8> {
 #[inline(never)]
 fn take_shared(class: usize) -> *mut u8 {
     let node = &NODES[class];
-    let (p, fresh) = {
-        let _g = node.lock.guard();
-        let (mut p, mut fresh) = node.take_object();
-        if p.is_null() {
-            // A node lock, then the segments' (the lock order: `sync`).
-            let s = segment::alloc_slab();
-            if s.is_null() {
-                return ptr::null_mut();
-            }
-            // SAFETY: a free slab from the segment lock is ours alone.
-            node.add_fresh(unsafe { &*s }, class);
-            (p, fresh) = node.take_object();
-        }
-        (p, fresh)
-    };
-    if fresh && debug::enabled() {
-        // A slot never handed out: poisoned as a carve in debug mode does,
-        // so that `debug::arm` finds it clean.
-        debug::poison(p, size_class::CLASS_BYTES[class] as usize);
+    let _g = node.lock.guard();
+    let (p, _) = node.take_object();
+    if !p.is_null() {
+        return p;
     }
-    p
+    // A node lock, then the segments' (the lock order: `sync`).
+    let s = segment::alloc_slab();
+    if s.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: a free slab from the segment lock is ours alone.
+    node.add_fresh(unsafe { &*s }, class);
+    node.take_object().0
 }

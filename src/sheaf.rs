@@ -31,15 +31,14 @@
 //! | in a sheaf | `ClassHeap::sheaf[1..=sheaf_len]`, its tag in its second word | `pop` hands it out; `free::flush_oldest` makes it part of a flush run; a full sheaf goes whole to the barn (`fastpath::free_no_room`); a shrunk capacity flushes the oldest (`sheaf_budget`) |
 //! | in a barn | `barn::BARNS[class]`, under its lock | an empty sheaf takes it (`refill::take_from_barn`); `free::flush_barns` makes it part of a flush run |
 //! | in a flush run | `free::flush_blocks`' runs of one slab, checked | linked onto its slab's local list (the owner) or remote list (anyone else) |
-//! | stashed | `ClassHeap::stash`, debug mode only | debug mode's refill puts it back on the detached list |
 //!
 //! A sheaf's capacity (`ClassHeap::sheaf_cap`) is 0 when its class heap
 //! has no sheaf: a class cold in the thread (its blocks come from shared
-//! slabs), debug mode (every free takes the slow path, where its checks
-//! are), a static heap (before the thread's heap exists, and after its
-//! exit), and the class heap of the heap profile's slabs
-//! (`heap::Heap::no_sheaf`). A warm class's capacity is sized by demand
-//! (`sheaf_budget`).
+//! slabs), a static heap (before the thread's heap exists, and after its
+//! exit), and the class heap of the slabs of the heap profile, of medium
+//! blocks and of debug mode (`heap::Heap::no_sheaf`); in debug mode no
+//! class of a thread's heap is warm (`debug`). A warm class's capacity is
+//! sized by demand (`sheaf_budget`).
 
 use crate::counters::Ev;
 use crate::freelist::{take_sheaf_block, SheafBlock, HARDENING};

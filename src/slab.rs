@@ -292,7 +292,7 @@ impl Slab {
     /// page is touched). The slab stays LISTED; the caller counts the object
     /// on the node and, if it was the last free one, unlinks the slab and
     /// makes it FULL. Returns the object and whether it was just carved
-    /// (never used: debug mode poisons it). Its first word is cleared.
+    /// (never used). Its first word is cleared.
     pub fn take_listed_object(&self) -> (*mut u8, bool) {
         invariant!(self.state() == State::Listed);
         invariant!(self.inuse.get() < self.objects.get());

@@ -6,10 +6,11 @@
 //! takes only locks further down the list, so no two threads wait for each
 //! other.
 //!
-//! 1. `heap::ORPHAN_LOCK` (the orphan heap: `heap_start::with_slow_heap`) or
+//! 1. `heap::ORPHAN_LOCK` (the orphan heap: `heap_start::with_slow_heap`,
+//!    and debug mode's slabs, `debug`) or
 //!    `prof::table::PROF_LOCK` (the profile heap and its tables:
 //!    `prof::sample`), never both: a thread past its exit is not sampled,
-//!    and the profile's blocks come from its own heap.
+//!    the profile's blocks come from its own heap (in debug mode too).
 //! 2. One node lock (`node::NODES[class].lock`), never two at once: under
 //!    one, a slab is taken from or given back to its segment, and a purge
 //!    that falls due runs (`segment::free_slab`, `segment::take_slab`).

@@ -38,6 +38,11 @@ mod threads;
 /// Set in the child process to the name of the one test it runs.
 const CHILD_VAR: &str = "GLOBAL_ALLOCATOR_TEST_CHILD";
 
+/// Whether this process runs in debug mode (`SLUBMALLOC_DEBUG=1`).
+fn debug_mode() -> bool {
+    std::env::var_os("SLUBMALLOC_DEBUG").is_some_and(|v| v == "1")
+}
+
 /// Called first by every test. In the process the harness started, it runs
 /// the calling test again, alone, in a new process of this binary
 /// (`--exact NAME`), fails if that fails, and returns None: the caller

@@ -83,9 +83,11 @@ fn a_class_that_stays_busy_gets_a_slab_of_its_own_and_the_fast_paths() {
     let before = class(&slubmalloc::stats());
     let blocks: Vec<Vec<u8>> = (0..200).map(|_| vec![1u8; size]).collect();
     let after = class(&slubmalloc::stats());
-    if std::env::var_os("SLUBMALLOC_DEBUG").is_some_and(|v| v == "1") {
-        // Debug mode sends every allocation through the slow path.
-        assert!(after.refill_own + after.refill_node > 0, "an owned slab");
+    if crate::debug_mode() {
+        // Debug mode sends every allocation through the slow path, to its
+        // own slabs (`src/debug.rs`), never a shared one.
+        assert_eq!(after.alloc_slow - before.alloc_slow, 200, "{after:?}");
+        assert_eq!(after.alloc_fast, before.alloc_fast, "{after:?}");
         return;
     }
     assert!(

@@ -550,10 +550,10 @@ fn an_allocation_that_pops_a_block_whose_link_was_overwritten_is_stopped() {
 }
 
 #[test]
-fn debug_mode_stops_the_refill_that_takes_an_overwritten_list_before_handing_out_its_head() {
+fn debug_mode_stops_the_allocation_that_meets_an_overwritten_list_before_handing_out_its_head() {
     // Another thread freed the block and then a second one, the head of the
-    // slab's remote list; this thread's refill takes that list, and debug
-    // mode follows it whole before handing out any block of it.
+    // slab's list; this thread's allocation takes the head, and debug mode
+    // checks the link of the block after it before handing it out.
     stopped_with(
         "overwritten_link",
         &["remote"],
