@@ -177,13 +177,12 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     let c = unsafe { &*(opaque(c as *const ClassHeap as usize) as *const ClassHeap) };
     let len = c.sheaf_len.get();
     if len >= c.sheaf_cap.get() {
-        // No sheaf (a cold class, a static heap, the slabs of the
-        // heap profile, of medium blocks and of debug mode): the free into
-        // the slab. A
-        // class heap without a sheaf has an empty one (its capacity drops
-        // to 0 only while it is empty, `Heap::reset`), a full sheaf holds a
-        // block at least: the length tells them apart, so the capacity is
-        // only compared, not kept in a register.
+        // No sheaf (a cold class, a static heap, the slabs of the heap
+        // profile, of medium blocks and of debug mode): the free into the
+        // slab. A class heap without a sheaf has an empty one (its
+        // capacity drops to 0 only while it is empty), a full sheaf holds
+        // a block at least: the length tells them apart, so the capacity
+        // is only compared, not kept in a register.
         invariant!((len == 0) == (c.sheaf_cap.get() == 0));
         if len == 0 {
             return free_to_slab(p, heap);
