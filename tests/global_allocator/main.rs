@@ -39,6 +39,18 @@ mod threads;
 const CHILD_VAR: &str = "GLOBAL_ALLOCATOR_TEST_CHILD";
 
 /// Whether this process runs in debug mode (`SLUBMALLOC_DEBUG=1`).
+/// A fixed sequence of pseudo-random numbers (xorshift64), the same in
+/// every run: the tests that replace blocks at random draw from it.
+fn xorshift() -> impl FnMut() -> u64 {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 fn debug_mode() -> bool {
     std::env::var_os("SLUBMALLOC_DEBUG").is_some_and(|v| v == "1")
 }

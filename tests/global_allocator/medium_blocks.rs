@@ -115,13 +115,7 @@ fn a_block_no_bigger_than_a_big_block_freed_before_comes_from_a_segment() {
 /// replacement is a span, and the segments that hold them are reused, not
 /// one mapping made per block. Only the blocks' first bytes are written.
 fn random_big_blocks(live: usize) {
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = crate::xorshift();
     let size = |r: u64| (128 << 10) + (r % ((52 << 10) + 1)) as usize;
     // The table first: at 16,000 blocks it is a big block itself.
     let mut blocks: Vec<(*mut u8, Layout)> = Vec::with_capacity(live);

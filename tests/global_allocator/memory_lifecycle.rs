@@ -357,13 +357,7 @@ fn big_blocks_replaced_one_at_a_time_reuse_cached_mappings() {
     let Some(_fresh) = crate::fresh_process() else {
         return;
     };
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = crate::xorshift();
     // 5 to 13 MiB: too big for a segment's slabs, never medium blocks.
     let mut live: Vec<Option<Block>> = (0..10)
         .map(|_| Some(touched_block(5 + (next() % 9) as usize)))
