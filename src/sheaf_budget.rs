@@ -1,26 +1,28 @@
 //! The sheaves' capacities, sized by demand within byte budgets (as
-//! gperftools' thread caches and jemalloc's tcache GC size theirs). A class
-//! that warms up starts with a sheaf of `size_class::SHEAF_START` blocks
-//! (`Heap::warm_up`); it doubles, up to `SHEAF_CAP`, when the thread
-//! overflows it after a miss, that is, after allocations of the class went
-//! past an empty sheaf, to the slab or the barn, since its last overflow,
-//! and when the barn fills the whole of an empty sheaf (the thread reuses what
-//! it frees: a thread that only frees what others allocate never grows
-//! its sheaves, whose full ones go to the barn). Capacity beyond the starts
-//! is charged in bytes against the thread's budget,
-//! `SHEAF_THREAD_START_BYTES` at first,
-//! grown in `BUDGET_STEP` steps up to `THREAD_MAX_BYTES` from the process's
-//! pool of `POOL_BYTES`; a thread at its budget grows no further until the
-//! scavenger frees some. Every
-//! `SCAVENGE_OVERFLOWS` overflows per class in use, the classes whose sheaves neither
-//! overflowed nor ran empty since the last scavenge halve their capacity
-//! (not below the start) and flush what no longer fits, so a class the
-//! thread stopped using gives its blocks back without a purge; steps of budget no longer used go back to
-//! the pool. A thread's exit, and `thread_idle`, give back all of it.
+//! gperftools' thread caches and jemalloc's tcache GC size theirs).
 //!
-//! All of it runs on the free slow path (`fastpath::free_no_room`), at
-//! warm-up, idle and exit: the fast paths only compare a sheaf's length
-//! with its capacity.
+//! - A class that warms up starts with a sheaf of `size_class::SHEAF_START`
+//!   blocks (`Heap::warm_up`).
+//! - It doubles, up to `SHEAF_CAP`, when the thread overflows it after a
+//!   miss (allocations of the class went past its empty sheaf, to the slab
+//!   or the barn, since its last overflow), and when the barn fills the
+//!   whole of its empty sheaf: the thread reuses what it frees, or
+//!   allocates what others free. A thread that only frees what others
+//!   allocate never grows its sheaves; its full ones go to the barn.
+//! - Capacity beyond the starts is charged in bytes to the thread's
+//!   budget: `SHEAF_THREAD_START_BYTES`, grown in `BUDGET_STEP` steps up to
+//!   `THREAD_MAX_BYTES` from the process's pool of `POOL_BYTES`. A thread
+//!   at its budget grows no further until the scavenger frees some.
+//! - Every `SCAVENGE_OVERFLOWS` overflows per class in use, the classes
+//!   whose sheaves neither overflowed nor ran empty since the last pass
+//!   halve their capacity (not below the start) and flush what no longer
+//!   fits, so a class the thread stopped using gives its blocks back
+//!   without a purge; steps of budget no longer used go back to the pool.
+//! - A thread's exit, and `thread_idle`, give back all of it.
+//!
+//! All of it runs on the slow paths (`fastpath::free_no_room`,
+//! `refill::take_from_barn`), at warm-up, idle and exit: the fast paths
+//! only compare a sheaf's length with its capacity.
 
 use crate::counters::{global, Ev};
 use crate::free::flush_oldest;
@@ -49,8 +51,8 @@ fn bytes(class: usize, blocks: u32) -> usize {
 
 /// The free slow path found `c`, the sheaf of `class` in `heap`, full:
 /// before it makes room, the sheaf grows if the thread missed since the
-/// last overflow, and every `SCAVENGE_OVERFLOWS` overflows the sheaves the
-/// thread stopped using shrink.
+/// last overflow, and every `SCAVENGE_OVERFLOWS` overflows per class in use
+/// the sheaves the thread stopped using shrink.
 pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
     let tick = heap.sheaf_overflows.get().wrapping_add(1);
     heap.sheaf_overflows.set(tick);
