@@ -247,6 +247,11 @@ impl Freer {
         let addrs = given.iter().map(|b| b.as_ptr() as usize).collect();
         let (freed_tx, freed_rx) = std::sync::mpsc::channel();
         let (done, done_rx) = std::sync::mpsc::channel::<()>();
+        // A channel allocates at its first message: here, so that the
+        // thread's message after its frees calls no allocation slow path,
+        // which flushes the barns when a purge is due.
+        freed_tx.send(()).unwrap();
+        freed_rx.recv().unwrap();
         let thread = thread::spawn(move || {
             grow_sheaf();
             drop(given);
