@@ -208,7 +208,9 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     c.ev.inc(Ev::FreeSheaf);
 }
 
-/// The free fast path found the sheaf full: it makes room (the whole sheaf
+/// The free fast path found the sheaf full. The sheaf grows if the thread
+/// missed since its last overflow (`sheaf_budget::overflowed`), and the
+/// block goes on it; else it makes room (the whole sheaf
 /// to the class's barn, or, the barn full, its older half flushed), then
 /// frees the block: into its slab if it is of one of
 /// the thread's own slabs (a block of the active slab freed while another
