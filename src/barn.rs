@@ -175,7 +175,11 @@ mod tests {
         }
         assert_eq!(barn.blocks(), (32 * BARN_SHEAVES) as u64);
         assert!(!barn.put(&sheaf(99_000, 1), 32), "a full barn took a sheaf");
-        assert_eq!(barn.blocks(), (32 * BARN_SHEAVES) as u64, "a refused sheaf changed the count");
+        assert_eq!(
+            barn.blocks(),
+            (32 * BARN_SHEAVES) as u64,
+            "a refused sheaf changed the count"
+        );
         // A taker of 12 gets the last sheaf put and the newest 4 of the one
         // before; then the rest of the shelf.
         assert_eq!(barn.take(&into[..12]), 12);
