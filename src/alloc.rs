@@ -274,26 +274,26 @@ pub unsafe fn realloc_with_layout(
 /// `p` is a live block of ours allocated with alignment `align`.
 #[cfg_attr(not(feature = "override"), inline)]
 pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
-    // SAFETY: a pointer inside a mapped segment has its header mapped.
-    let medium = segment::contains(p)
-        .then(|| medium::block_bytes(unsafe { &*slab_of(p) }, p))
-        .flatten();
-    let old_size = if let Some(bytes) = medium {
-        if medium::keeps(bytes, new_size, align) {
-            sample::realloc_large(p, p, new_size);
-            return p;
-        }
-        bytes
-    } else if segment::contains(p) {
-        // SAFETY: `p` is inside a mapped segment.
-        let class = unsafe { fastpath::class_of_ptr(p) };
-        if debug::enabled() {
-            // SAFETY: as above; the red zone moves with the size, so no in-place.
-            unsafe { fastpath::usable_size(p) }
-        } else if class_for(new_size, align) == Some(class) {
-            return p;
+    let old_size = if segment::contains(p) {
+        // SAFETY: `p` is inside a mapped segment, whose header is mapped.
+        if let Some(bytes) = medium::block_bytes(unsafe { &*slab_of(p) }, p) {
+            if medium::keeps(bytes, new_size, align) {
+                sample::realloc_large(p, p, new_size);
+                return p;
+            }
+            bytes
         } else {
-            CLASS_BYTES[class] as usize
+            // SAFETY: `p` is inside a mapped segment.
+            let class = unsafe { fastpath::class_of_ptr(p) };
+            if debug::enabled() {
+                // SAFETY: as above; the red zone moves with the size, so no
+                // in-place.
+                unsafe { fastpath::usable_size(p) }
+            } else if class_for(new_size, align) == Some(class) {
+                return p;
+            } else {
+                CLASS_BYTES[class] as usize
+            }
         }
     } else {
         if align <= os::PAGE_BYTES {

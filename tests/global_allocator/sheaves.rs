@@ -420,8 +420,9 @@ fn a_thread_that_only_frees_what_others_allocate_keeps_a_small_sheaf() {
 }
 
 /// A class its thread stops freeing shrinks back as the thread's other
-/// sheaves overflow (the scavenger halves the capacity of every class that
-/// did not overflow since its last pass), flushing what no longer fits; and
+/// sheaves overflow (the scavenger halves the capacity of every class whose
+/// sheaf neither overflowed nor ran empty since its last pass), flushing
+/// what no longer fits; and
 /// `thread_idle` brings every capacity back to its start.
 #[test]
 fn a_class_its_thread_stops_using_gives_its_sheaf_back() {
