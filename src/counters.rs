@@ -182,6 +182,12 @@ impl Global {
     }
 }
 
+/// Adds `n` (wrapping) to a counter written only under one lock (its
+/// writers' own): a relaxed load and store, no locked instruction.
+pub fn add_locked(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
 /// Raises a maximum written only under one lock (its writers' own) to `v`:
 /// a relaxed load and store, no locked instruction.
 pub fn raise(max: &AtomicU64, v: u64) {

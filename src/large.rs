@@ -10,14 +10,14 @@
 
 use core::ptr;
 
-use crate::counters::raise;
+use crate::counters::{add_locked, raise};
 use crate::large_cache::{Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
 use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap_block};
 use crate::options;
 use crate::os::{self, PAGE_BYTES};
 use crate::purge;
 use crate::size_class;
-use crate::sync::{invariant, store_order_fence, AtomicU64, AtomicUsize, Locked, Ordering};
+use crate::sync::{invariant, store_order_fence, AtomicUsize, Locked, Ordering};
 
 /// Recently freed addresses, to name a second free "double free".
 const FREED_RING: usize = 64;
@@ -67,12 +67,6 @@ const NEW_TABLE: Table = Table {
     protect_above: PROTECT_ABOVE_START,
 };
 static LARGE: Locked<Table> = Locked::new(NEW_TABLE);
-
-/// Adds `n` (wrapping) to a counter written only under the table's lock:
-/// a relaxed load and store, no locked instruction.
-fn add(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
 
 /// Which freed blocks fault when touched follows glibc's dynamic mmap
 /// threshold: glibc unmaps a freed block it had mapped (over its threshold,
@@ -194,11 +188,11 @@ impl Table {
         });
         self.cache.live_changed(len as isize);
         let g = crate::counters::global();
-        add(&g.large_blocks, 1);
-        add(&g.large_bytes, len as u64);
+        add_locked(&g.large_blocks, 1);
+        add_locked(&g.large_bytes, len as u64);
         raise(&g.large_blocks_max, g.large_blocks.load(Ordering::Relaxed));
         if hit {
-            add(&g.large_cache_hits, 1);
+            add_locked(&g.large_cache_hits, 1);
         }
     }
 
@@ -210,8 +204,8 @@ impl Table {
         self.slot_mut(i).ptr = TOMBSTONE;
         self.cache.live_changed(-(e.len as isize));
         let g = crate::counters::global();
-        add(&g.large_blocks, 1u64.wrapping_neg());
-        add(&g.large_bytes, (e.len as u64).wrapping_neg());
+        add_locked(&g.large_blocks, 1u64.wrapping_neg());
+        add_locked(&g.large_bytes, (e.len as u64).wrapping_neg());
         e
     }
 
@@ -411,7 +405,7 @@ fn uncache_failed(base: usize) {
         invariant!(i.is_some());
         let Some(i) = i else { return };
         let e = t.remove(i);
-        add(
+        add_locked(
             &crate::counters::global().large_cache_hits,
             1u64.wrapping_neg(),
         );
@@ -482,7 +476,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
         }
         t.cache.live_changed(new_len as isize - e.len as isize);
         let g = crate::counters::global();
-        add(&g.large_bytes, (new_len as u64).wrapping_sub(e.len as u64));
+        add_locked(&g.large_bytes, (new_len as u64).wrapping_sub(e.len as u64));
         g.large_mapped.fetch_add(
             (new_len as u64).wrapping_sub(e.len as u64),
             Ordering::Relaxed,

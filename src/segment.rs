@@ -336,12 +336,6 @@ fn take_run(s: &mut Segments, sg: &mut Segment, run: u64) -> u64 {
     dirty
 }
 
-/// Adds `n` (wrapping) to a counter written only under the segments'
-/// lock: a relaxed load and store, no locked instruction.
-fn add(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
-
 /// Gives a slab with no live object back to its segment; its pages are
 /// purged once it has stayed free for the purge delay, or at once if its
 /// segment is free whole and the trim bound is passed (`trim_if_over_bound`).

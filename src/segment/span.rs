@@ -9,11 +9,11 @@
 
 use core::ptr;
 
-use crate::counters;
+use crate::counters::{self, add_locked};
 use crate::purge;
 use crate::segment::{
-    add, after_give, give_run, new_segment, purge_if_due, take_run, with_segments, Segment,
-    Segments, ALL_SLABS, SLABS_PER_SEGMENT, SLAB_BYTES,
+    after_give, give_run, new_segment, purge_if_due, take_run, with_segments, Segment, Segments,
+    ALL_SLABS, SLABS_PER_SEGMENT, SLAB_BYTES,
 };
 use crate::size_class::segment_of;
 use crate::slab::{Slab, State};
@@ -106,8 +106,8 @@ fn take_span_locked(s: &mut Segments, slabs: usize) -> (*mut Slab, u32) {
         sg.slabs[i].init_span(if i == first { slabs as u32 } else { 0 });
     }
     let g = counters::global();
-    add(&g.medium_blocks, 1);
-    add(&g.medium_bytes, (slabs * SLAB_BYTES) as u64);
+    add_locked(&g.medium_blocks, 1);
+    add_locked(&g.medium_bytes, (slabs * SLAB_BYTES) as u64);
     (&mut sg.slabs[first] as *mut Slab, dirty.count_ones())
 }
 
@@ -140,8 +140,8 @@ fn give_span(s: &mut Segments, head: &Slab, now: u64) -> Option<usize> {
         slab.end_span();
     }
     let g = counters::global();
-    add(&g.medium_blocks, 1u64.wrapping_neg());
-    add(
+    add_locked(&g.medium_blocks, 1u64.wrapping_neg());
+    add_locked(
         &g.medium_bytes,
         ((slabs * SLAB_BYTES) as u64).wrapping_neg(),
     );
