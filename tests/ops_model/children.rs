@@ -412,6 +412,15 @@ pub(super) fn commit(m: Misuse, small: usize, size: usize) {
             announce(a as usize, a as usize);
             // A quarter of the size (and a page less), or twice it.
             let wrong = if size % 2 == 0 { n / 4 - 4096 } else { 2 * n };
+            // A block taken whole from a cached mapping of twice its size
+            // or more holds `wrong` as well: the check compares a size with
+            // the block's mapping (`layout`), and this free is one it must
+            // let pass. Only a block of the process's history gets there.
+            // SAFETY: a live block of ours.
+            if wrong > n && unsafe { slubmalloc::usable_size(a) } >= wrong.next_multiple_of(4096) {
+                // SAFETY: ends the child; see `in_child`.
+                unsafe { libc::_exit(NOT_MET) }
+            }
             // SAFETY: none: the wrong size is the misuse.
             unsafe { raw_free(a, wrong, 8) };
         }
