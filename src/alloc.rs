@@ -7,7 +7,6 @@ use core::ptr;
 use crate::background;
 use crate::debug;
 use crate::fastpath;
-use crate::free;
 use crate::heap;
 use crate::heap_start;
 use crate::large::{self, Freed};
@@ -20,6 +19,7 @@ use crate::os;
 use crate::prof::sample;
 use crate::release;
 use crate::segment::{self, slab_of};
+use crate::sheaf;
 use crate::sheaf_budget;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::tls;
@@ -336,7 +336,7 @@ pub fn trim() {
 /// take them and the next purge gives the empty ones back. Its next
 /// allocation of a class refills as after a thread's start.
 pub fn thread_idle() {
-    free::flush_current();
+    sheaf::flush_current();
     sheaf_budget::release_current();
     release::flush_current();
 }

@@ -21,12 +21,12 @@
 
 use core::ptr;
 
-use crate::free::flush_barns;
 use crate::heap::{orphan_heap, DEAD, ORPHAN_LOCK};
 use crate::node;
 use crate::os;
 use crate::purge;
 use crate::segment;
+use crate::sheaf::flush_barns;
 use crate::tls;
 
 /// Starts the purger if one is wanted (`purge::purger_wanted`). The caller

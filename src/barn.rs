@@ -9,7 +9,7 @@
 //! smaller than that, sized by their threads' demand, share a shelf); a
 //! thread's
 //! exit, `trim()` and every purge flush the barns back to the slabs
-//! (`free::flush_barns`).
+//! (`sheaf::flush_barns`).
 
 use core::cell::Cell;
 use core::ptr;

@@ -2,10 +2,9 @@
 //! last) or else from its active slab's detached list, and free into the
 //! thread's sheaf, whatever slab the block is in and whoever owns it; a few
 //! loads, compares and stores each, no atomic read-modify-write, no lock.
-//! Everything else goes to `refill` (allocation) and `free` (a full sheaf's
-//! flush, a free with no sheaf).
+//! Everything else goes to `refill` (allocation), `sheaf` (a full sheaf's
+//! room) and `free` (a free with no sheaf).
 
-use crate::barn;
 use crate::counters::Ev;
 use crate::debug;
 use crate::free::free_suspicious;
@@ -14,13 +13,12 @@ use crate::freelist::{
 };
 use crate::heap::{ClassHeap, Heap};
 use crate::prof::sample;
-use crate::purge;
 use crate::refill::alloc_slow;
 use crate::remote_free::free_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::sheaf;
 use crate::sheaf_budget;
-use crate::size_class::{NUM_CLASSES, SHEAF_CAP};
+use crate::size_class::NUM_CLASSES;
 use crate::slab::{double_free, invalid_free, Slab, State};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
@@ -196,7 +194,7 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     }
     // SAFETY: a heap with a sheaf is a thread's own, whose `secret` is set.
     let secret = unsafe { (*heap).secret.get() };
-    if HARDENING && c.sheaf_top(len) == p {
+    if HARDENING && sheaf::top(c, len) == p {
         return stop_double_free(p);
     }
     if HARDENING {
@@ -204,21 +202,20 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
         // sheaf has blocks of 16 bytes or more.
         unsafe { set_sheaf_tag(secret, p) };
     }
-    c.sheaf_push(len, p);
+    sheaf::push(c, len, p);
     c.ev.inc(Ev::FreeSheaf);
 }
 
 /// The free fast path found the sheaf full. The sheaf grows if the thread
 /// missed since its last overflow (`sheaf_budget::overflowed`), and the
-/// block goes on it; else it makes room (the whole sheaf
-/// to the class's barn, or, the barn full, its older half flushed), then
-/// frees the block: into its slab if it is of one of
-/// the thread's own slabs (a block of the active slab freed while another
-/// thread's sheaf holds it is caught here, by the read), else onto the
-/// sheaf. Room is made either way: a sheaf left full (own blocks sent to
-/// their slabs past it) makes the fast path's full test mispredict whenever
-/// full and not-full classes alternate (fastpath's batch phase, under
-/// cachegrind's branch simulation: bench/report/HISTORY.md).
+/// block goes on it; else the sheaf makes room (`sheaf::make_room`), then
+/// the block is freed: into its slab if it is of one of the thread's own
+/// slabs (a block of the active slab freed while another thread's sheaf
+/// holds it is caught here, by the read), else onto the sheaf. Room is
+/// made either way: a sheaf left full (own blocks sent to their slabs past
+/// it) makes the fast path's full test mispredict whenever full and
+/// not-full classes alternate (fastpath's batch phase, under cachegrind's
+/// branch simulation: bench/report/HISTORY.md).
 #[inline(never)]
 fn free_no_room(p: *mut u8) {
     let heap = current();
@@ -228,38 +225,14 @@ fn free_no_room(p: *mut u8) {
     let c = unsafe { (*heap).class_at(slab.heap_offset.get() as usize) };
     let class = slab.class.get() as usize;
     // SAFETY: a heap with a sheaf is a thread's own, live heap.
-    sheaf_budget::overflowed(unsafe { &*heap }, c, class);
+    let heap_ref = unsafe { &*heap };
+    sheaf_budget::overflowed(heap_ref, c, class);
     if c.sheaf_len.get() < c.sheaf_cap.get() {
         // The sheaf grew: the thread reuses what it frees.
         // SAFETY: as for `free`; the sheaf has room.
         return unsafe { free(p) };
     }
-    let cap = c.sheaf_cap.get();
-    // The whole sheaf into the class's barn, for another thread whose sheaf
-    // runs empty, if its oldest block is of a slab another heap owns:
-    // blocks another thread allocated (those of the thread's own slabs go
-    // back with one splice, those of slabs no heap owns, FULL or listed,
-    // are a single thread's past: a single-threaded program has nobody to
-    // serve); else, or the barn full, the older half back to the slabs.
-    // SAFETY: a block the full sheaf holds, in one of our segments.
-    // Relaxed: a hint of where the sheaf goes; nothing is read through it.
-    let owner = unsafe { &*slab_of(c.sheaf_top(1)) }
-        .owner
-        .load(Ordering::Relaxed);
-    if purge::program_has_other_threads()
-        && owner != 0
-        && owner != heap as usize
-        && barn::BARNS[class].put(&c.sheaf[1..=cap as usize], SHEAF_CAP[class] as usize)
-    {
-        c.sheaf_len.set(0);
-        c.ev.add(Ev::SheafToBarn, cap as u64);
-        // The next purge flushes the barns, so that what waits there goes
-        // back to its slabs once the class goes quiet.
-        purge::schedule(purge::now_ns());
-    } else {
-        // SAFETY: a heap with a sheaf is a thread's own, live heap.
-        crate::free::flush_oldest(unsafe { &*heap }, c, cap.div_ceil(2));
-    }
+    sheaf::make_room(heap_ref, c, class);
     // Relaxed: a hint; `free_to_slab` loads the owner again.
     if slab.owner.load(Ordering::Relaxed) == heap as usize {
         return free_to_slab(p, heap);

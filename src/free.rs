@@ -4,25 +4,18 @@
 //! adopted; a LISTED slab takes the free under its node lock (and is adopted
 //! at the eighth free in a row); a block that looks free already is looked
 //! for on the slab's lists (a double free stops the process). The slabs
-//! these frees hand on go through `release`. And a full sheaf's flush: its
-//! older blocks back to their slabs, each by the free into its slab (also
-//! every sheaf of a thread that exits or trims).
+//! these frees hand on go through `release`. A sheaf's flush (`sheaf`)
+//! ends here, a run of one slab at a time.
 
 use core::ptr;
 
-use crate::barn;
 use crate::counters::Ev;
-use crate::freelist::take_sheaf_block;
-use crate::freelist::{self, HARDENING};
-use crate::heap::{owner_tag, ClassHeap, Heap, DEAD, EMPTY, MAX_THREAD_PARTIAL};
+use crate::freelist;
+use crate::heap::{owner_tag, Heap, MAX_THREAD_PARTIAL};
 use crate::node::NODES;
 use crate::release::{keep_partial, release, slab_emptied, trim_partials};
-use crate::segment;
-use crate::sheaf;
-use crate::size_class;
 use crate::slab::{self, double_free, invalid_free, Push, Slab, State};
 use crate::sync::Ordering;
-use crate::tls::current;
 
 /// A free, by `heap` (the slow paths' heap), of `p` in a slab `heap` may not own: a
 /// push onto its owner's remote list, the claim of a FULL slab, or a free
@@ -221,138 +214,6 @@ fn push_local(heap: &Heap, slab: &Slab, p: *mut u8) {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Sheaves flushed back to their slabs
-
-/// Hands the `n` oldest blocks of `c`'s sheaf (the bottom ones: the top
-/// ones are the likeliest in cache) back to their slabs, each checked, and
-/// moves the rest down. Blocks of one slab one after another go back as a
-/// run: into the thread's own slab with one splice, into a slab another
-/// heap owns with one CAS (`push_remote_run`), which a thread that frees
-/// what another allocated in order (a consumer) makes long; else (a FULL
-/// or listed slab) each by the free into its slab.
-pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
-    let len = c.sheaf_len.get();
-    crate::sync::invariant!(n <= len);
-    let n = n as usize;
-    flush_blocks(heap, &c.sheaf[1..=n]);
-    let base = c.sheaf.as_ptr() as *mut *mut u8;
-    // SAFETY: `sheaf[1 + n..=len]` moves to `sheaf[1..=len - n]`, inside
-    // the array (`len` is at most `SHEAF_MAX`); a `Cell<T>` is laid out as
-    // a `T`, and the heap is this thread's, so nothing else reads it now.
-    unsafe { ptr::copy(base.add(1 + n), base.add(1), len as usize - n) };
-    c.sheaf_len.set(len - n as u32);
-    c.ev.add(Ev::SheafFlushed, n as u64);
-}
-
-/// Hands `blocks`, out of a sheaf or a barn, back to their slabs, each
-/// checked, in runs of one slab (`flush_run`), counted in `heap`. One pass:
-/// each block is checked and linked to the one before it in its run, so
-/// that its line is read and written once (`big_heap`'s free phase, where
-/// every block goes this way, took more instructions in two passes).
-fn flush_blocks(heap: &Heap, blocks: &[core::cell::Cell<*mut u8>]) {
-    // The process's secret, not the heap's copy: the orphan heap, which
-    // flushes the barns for the purger, has none.
-    let secret = freelist::secret();
-    let mut i = 0;
-    while i < blocks.len() {
-        let head = blocks[i].get();
-        let mut tail = head;
-        let mut end = i;
-        loop {
-            let q = blocks[end].get();
-            if HARDENING {
-                // SAFETY: `q` is a block a sheaf held.
-                sheaf::check(unsafe { take_sheaf_block(secret, q) }, q);
-            }
-            if end != i {
-                // SAFETY: `tail` and `q`, checked, are blocks of one slab
-                // that the caller gives up.
-                unsafe { freelist::set_next_with(secret, tail, q) };
-                tail = q;
-            }
-            end += 1;
-            if end == blocks.len()
-                || (blocks[end].get() as usize ^ head as usize) >= segment::SLAB_BYTES
-            {
-                break;
-            }
-        }
-        flush_run(heap, &blocks[i..end]);
-        i = end;
-    }
-}
-
-/// Frees `run`, checked blocks of one slab out of a sheaf, linked first to
-/// last already, into their slab: by its owner (`free_owned_unchecked`),
-/// else pushed onto its remote list in one CAS, or (a FULL or LISTED slab)
-/// each through `free_unowned`. Counted as the slab-level frees they are.
-fn flush_run(heap: &Heap, run: &[core::cell::Cell<*mut u8>]) {
-    let (head, tail) = (run[0].get(), run[run.len() - 1].get());
-    // SAFETY: `head` is a block of one of our segments (a sheaf took it).
-    let slab = unsafe { &*segment::slab_of(head) };
-    let me = heap as *const Heap as usize;
-    // Acquire: pairs with `give_back`'s Release, as the fast path's does.
-    if slab.owner.load(Ordering::Acquire) == me {
-        return free_owned_run(heap, slab, head, tail, run.len() as u32);
-    }
-    let class = slab.class.get() as usize;
-    if slab.push_remote_run(head, tail, me, || {}) == Push::Pushed {
-        heap.classes[class].ev.add(Ev::FreeRemote, run.len() as u64);
-        return;
-    }
-    // Not OWNED (or ours after all): one block at a time. The run's links
-    // are no double frees: the blocks were checked.
-    for b in run {
-        free_unowned(heap, slab, b.get(), false);
-    }
-}
-/// Flushes the whole sheaf of `c`, a class heap of `heap`.
-pub fn flush_class(heap: &Heap, c: &ClassHeap) {
-    flush_oldest(heap, c, c.sheaf_len.get());
-}
-
-/// Flushes every sheaf of `heap` (the thread exits, or trims).
-pub fn flush_all(heap: &Heap) {
-    for (class, c) in heap.classes.iter().enumerate() {
-        if heap.is_warm(class) {
-            flush_class(heap, c);
-        }
-    }
-}
-
-/// Flushes the calling thread's sheaves, then the barns (`malloc_trim`,
-/// `trim`).
-pub fn flush_current() {
-    let heap = current();
-    if heap == EMPTY || heap == DEAD {
-        return;
-    }
-    // SAFETY: a created heap lives until this thread's destructor.
-    let heap = unsafe { &*heap };
-    flush_all(heap);
-    flush_barns(heap);
-}
-
-/// Hands every barn's blocks back to their slabs, counted in `heap` (a
-/// thread's, or the orphan heap for the purger): trim, and every purge (so
-/// that a barn holds blocks for one purge delay at most once its class goes
-/// quiet).
-pub fn flush_barns(heap: &Heap) {
-    let sheaf = [const { core::cell::Cell::new(ptr::null_mut()) }; size_class::SHEAF_MAX];
-    for (class, c) in heap.classes.iter().enumerate() {
-        loop {
-            let n = barn::BARNS[class].take(&sheaf) as usize;
-            if n == 0 {
-                break;
-            }
-            c.ev.add(Ev::SheafFromBarn, n as u64);
-            flush_blocks(heap, &sheaf[..n]);
-            c.ev.add(Ev::SheafFlushed, n as u64);
-        }
-    }
-}
-
 /// A free of `p`, checked already, into `slab`, which `heap` owns: onto the
 /// heap's detached list if the slab is the active one, as SLUB frees to
 /// the cpu freelist, else onto the slab's local list, with a decrement of
@@ -365,7 +226,7 @@ pub fn free_owned_unchecked(heap: &Heap, slab: &Slab, p: *mut u8) {
 /// `free_owned_unchecked` for a run of `n` blocks linked already, `head`
 /// to `tail`: one splice.
 #[inline(always)]
-fn free_owned_run(heap: &Heap, slab: &Slab, head: *mut u8, tail: *mut u8, n: u32) {
+pub fn free_owned_run(heap: &Heap, slab: &Slab, head: *mut u8, tail: *mut u8, n: u32) {
     // SAFETY: `heap_offset` is a class's (a slab the heap owns is no
     // profile slab).
     let c = unsafe { heap.class_at(slab.heap_offset.get() as usize) };

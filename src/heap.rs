@@ -210,23 +210,6 @@ impl ClassHeap {
         self.ev.get(Ev::AllocFast) + self.ev.get(Ev::SheafFromBarn)
     }
 
-    /// The block on top of the sheaf, or null if it is empty.
-    #[inline(always)]
-    pub fn sheaf_top(&self, len: u32) -> *mut u8 {
-        invariant!(len as usize <= SHEAF_MAX);
-        // SAFETY: `len` is at most `SHEAF_MAX` (the sheaf's length).
-        unsafe { self.sheaf.get_unchecked(len as usize) }.get()
-    }
-
-    /// Puts `p` on the sheaf, which has room, above its `len` blocks.
-    #[inline(always)]
-    pub fn sheaf_push(&self, len: u32, p: *mut u8) {
-        invariant!(len < self.sheaf_cap.get());
-        // SAFETY: `len` is below the capacity, at most `SHEAF_MAX`.
-        unsafe { self.sheaf.get_unchecked(len as usize + 1) }.set(p);
-        self.sheaf_len.set(len + 1);
-    }
-
     const fn new() -> Self {
         ClassHeap {
             sheaf_len: Cell::new(0),

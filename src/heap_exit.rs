@@ -7,7 +7,7 @@
 use crate::heap::{change_registry, Heap, DEAD};
 use crate::release::flush;
 use crate::sync::store_order_fence;
-use crate::{background, free, purge, sheaf_budget, tls};
+use crate::{background, purge, sheaf, sheaf_budget, tls};
 
 /// The pthread key destructor: this thread is exiting.
 pub extern "C" fn thread_exit(arg: *mut libc::c_void) {
@@ -16,12 +16,12 @@ pub extern "C" fn thread_exit(arg: *mut libc::c_void) {
     let h = unsafe { &*heap };
     // While the heap is still the thread's: the blocks go back to their
     // slabs as its frees, not the orphan heap's.
-    free::flush_all(h);
+    sheaf::flush_all(h);
     sheaf_budget::release(h, false);
     // And the barns: what the threads left there goes back to its slabs
     // at each exit (a program whose threads have exited keeps nothing
     // there; threads that allocate what others free fill them again).
-    free::flush_barns(h);
+    sheaf::flush_barns(h);
     tls::set(DEAD);
     flush(h, true);
     let alive = change_registry(|r| {

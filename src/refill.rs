@@ -6,10 +6,8 @@
 use core::ptr;
 
 use crate::background;
-use crate::barn;
 use crate::counters::Ev;
 use crate::debug;
-use crate::free::flush_class;
 use crate::freelist;
 use crate::heap::{owner_tag, Heap, DEAD, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
 use crate::heap_start::{create_heap, with_slow_heap};
@@ -71,7 +69,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
         segment::purge_if_due_after(segment::PurgeBy::SlowPath, || {
-            crate::free::flush_barns(heap);
+            sheaf::flush_barns(heap);
             crate::node::release_empty_slabs();
         });
     }
@@ -82,8 +80,16 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         if let Some(p) = shared::take_if_cold(heap, class) {
             return p;
         }
-        if let Some(p) = take_from_barn(heap, class) {
-            return p;
+        let n = sheaf::fill_from_barn(heap, class);
+        if n != 0 {
+            if n == c.sheaf_cap.get() {
+                // The barn had a whole sheaf for it: the thread allocates
+                // what others free, and its next take may bring more.
+                sheaf_budget::refilled_whole(heap, class);
+            }
+            // Popped as the fast path pops (a heap of this thread's: its
+            // secret is set).
+            return sheaf::pop(c, n, heap.secret.get());
         }
         if !refill(heap, class) {
             return ptr::null_mut();
@@ -96,32 +102,6 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     unsafe { freelist::clear_link(obj) };
     c.ev.inc(Ev::AllocSlow);
     obj
-}
-
-/// An empty sheaf of a thread's own heap refilled from the class's barn (a
-/// full sheaf another thread put there) before the active slab is carved
-/// further, and its top block handed out, checked as the fast path checks
-/// it. None if the class has no sheaf, the sheaf is not empty (the sampler
-/// came here), the heap is the orphan one, or the barn is empty.
-fn take_from_barn(heap: &Heap, class: usize) -> Option<*mut u8> {
-    let c = &heap.classes[class];
-    if c.sheaf_cap.get() == 0 || c.sheaf_len.get() != 0 || !ptr::eq(heap, current()) {
-        return None;
-    }
-    let cap = c.sheaf_cap.get();
-    let n = barn::BARNS[class].take(&c.sheaf[1..=cap as usize]);
-    if n == 0 {
-        return None;
-    }
-    c.ev.add(Ev::SheafFromBarn, n as u64);
-    if n == cap {
-        // The barn had a whole sheaf for it: the thread allocates what
-        // others free, and its next take may bring more.
-        sheaf_budget::refilled_whole(heap, class);
-    }
-    // Popped as the fast path pops (a heap of this thread's: its secret is
-    // set).
-    Some(sheaf::pop(c, n, heap.secret.get()))
 }
 
 /// Fills `c.detached`, from (in order) the active slab's own lists, the thread
@@ -227,7 +207,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
 /// keep a slab per size it has used (mimalloc gives an empty page back
 /// after 16 slow paths, and `size_cycle`'s 18 classes kept 1.1 MB); an
 /// empty slab its node list kept goes back with it, and first the blocks
-/// its sheaf holds go back to their slabs (`free::flush_class`). Whether the slab is
+/// its sheaf holds go back to their slabs (`sheaf::flush_class`). Whether the slab is
 /// empty is counted, a walk of the class's free list, only once per change
 /// of the class heap's free count, so that a class that holds live blocks
 /// is not walked again at every take; frees by other threads (on the
@@ -266,7 +246,7 @@ fn retire_idle_active(heap: &Heap, class: usize) {
         }
         // The blocks the class's sheaf holds go back to their slabs first:
         // they keep the active slab, or others, from emptying.
-        flush_class(heap, c);
+        sheaf::flush_class(heap, c);
         retire_active_if_empty(heap, k);
     }
 }

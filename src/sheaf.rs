@@ -1,10 +1,13 @@
 //! Sheaves: per thread and warm class, a bounded stack of blocks the thread
 //! freed, from any slab, whoever owns it, in front of the active slab
-//! (Linux's percpu sheaves, SLUB's default since 7.0). The fast paths push
-//! and pop it (`fastpath`); a full sheaf's flush back to the blocks' slabs
-//! is the free slow path's (`free::flush_oldest`, also at thread exit and
-//! trim); this is the check of a block leaving a sheaf, and of the blocks
-//! left in sheaves when the process exits.
+//! (Linux's percpu sheaves, SLUB's default since 7.0), and their
+//! operations: the fast paths' push and pop, the room a full sheaf makes
+//! (to the barn, or its older half back to the slabs), an empty sheaf
+//! filled from the barn, the flush of a sheaf or a barn back to the
+//! blocks' slabs, and the checks of blocks leaving a sheaf. How many
+//! blocks a sheaf may hold is `sheaf_budget`'s; where the blocks live is
+//! `heap::ClassHeap`'s (`sheaf`, `sheaf_len`, `sheaf_cap`: on the line the
+//! fast paths read).
 //!
 //! A free into a sheaf reads nothing of the block: it writes the block's
 //! tag into its second word (`freelist::sheaf_tag`) and compares the block
@@ -19,7 +22,7 @@
 //! the process does (`check_at_exit`).
 //!
 //! Where a block of a slab can be, and who moves it on (the sheaf's
-//! operations are the rows that name one):
+//! operations, in this file, are the rows that name one):
 //!
 //! | state | held in | moved on by |
 //! |---|---|---|
@@ -27,10 +30,11 @@
 //! | on the detached list | `ClassHeap::detached` (the owner's active slab) | the allocation fast path hands it out; giving the slab up puts the list back on the slab |
 //! | on a slab's local list | `Slab::local_free` | the owner's refill (onto the detached list), a listed slab's allocation under the node lock |
 //! | on a slab's remote list | the slab's state word | the owner takes the whole list onto the local one |
-//! | handed out | the program | a free: onto the thread's sheaf (`fastpath::free`), or into its slab (`fastpath::free_to_slab`, `remote_free::free_slow`) |
-//! | in a sheaf | `ClassHeap::sheaf[1..=sheaf_len]`, its tag in its second word | `pop` hands it out; `free::flush_oldest` makes it part of a flush run; a full sheaf goes whole to the barn (`fastpath::free_no_room`); a shrunk capacity flushes the oldest (`sheaf_budget`) |
-//! | in a barn | `barn::BARNS[class]`, under its lock | an empty sheaf takes it (`refill::take_from_barn`); `free::flush_barns` makes it part of a flush run |
-//! | in a flush run | `free::flush_blocks`' runs of one slab, checked | linked onto its slab's local list (the owner) or remote list (anyone else) |
+//! | handed out | the program | a free: onto the thread's sheaf (`fastpath::free`, with `push`), or into its slab (`fastpath::free_to_slab`, `remote_free::free_slow`) |
+//! | in a sheaf | `ClassHeap::sheaf[1..=sheaf_len]`, its tag in its second word | `pop` hands it out; `flush_oldest` makes it part of a flush run; `make_room` puts a full sheaf whole into the barn; a shrunk capacity flushes the oldest (`sheaf_budget`) |
+//! | in a barn | `barn::BARNS[class]`, under its lock | an empty sheaf takes it (`fill_from_barn`); `flush_barns` makes it part of a flush run |
+//! | in a flush run | `flush_blocks`' runs of one slab, checked | linked onto its slab's local list (the owner) or remote list (anyone else) |
+//! | a debug-mode block | a slab the orphan heap keeps off the sheaves, poisoned while free | `debug::alloc` and `debug::free` alone: no sheaf holds it |
 //!
 //! A sheaf's capacity (`ClassHeap::sheaf_cap`) is 0 when its class heap
 //! has no sheaf: a class cold in the thread (its blocks come from shared
@@ -40,11 +44,42 @@
 //! class of a thread's heap is warm (`debug`). A warm class's capacity is
 //! sized by demand (`sheaf_budget`).
 
+use core::cell::Cell;
+use core::ptr;
+
+use crate::barn;
 use crate::counters::Ev;
-use crate::freelist::{take_sheaf_block, SheafBlock, HARDENING};
-use crate::heap::{ClassHeap, DEAD, EMPTY};
+use crate::free::{free_owned_run, free_unowned};
+use crate::freelist::{self, set_sheaf_tag, take_sheaf_block, SheafBlock, HARDENING};
+use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
 use crate::os;
+use crate::purge;
+use crate::segment::{self, slab_of};
+use crate::size_class::{SHEAF_CAP, SHEAF_MAX};
+use crate::slab::Push;
+use crate::sync::{invariant, Ordering};
 use crate::tls::current;
+
+// ---------------------------------------------------------------------------
+// The fast paths' operations
+
+/// The block on top of `c`'s sheaf, `len` blocks long, or null if it is
+/// empty (`sheaf[0]` stays null).
+#[inline(always)]
+pub fn top(c: &ClassHeap, len: u32) -> *mut u8 {
+    invariant!(len as usize <= SHEAF_MAX);
+    // SAFETY: `len` is at most `SHEAF_MAX` (the sheaf's length).
+    unsafe { c.sheaf.get_unchecked(len as usize) }.get()
+}
+
+/// Puts `p` on `c`'s sheaf, which has room, above its `len` blocks.
+#[inline(always)]
+pub fn push(c: &ClassHeap, len: u32, p: *mut u8) {
+    invariant!(len < c.sheaf_cap.get());
+    // SAFETY: `len` is below the capacity, at most `SHEAF_MAX`.
+    unsafe { c.sheaf.get_unchecked(len as usize + 1) }.set(p);
+    c.sheaf_len.set(len + 1);
+}
 
 /// Pops the top of `c`'s sheaf, `len` blocks long (not empty), checked
 /// (`freelist::take_sheaf_block`: its tag, cleared; no free-list link) and
@@ -52,7 +87,7 @@ use crate::tls::current;
 /// from a barn. `secret` is the heap's.
 #[inline(always)]
 pub fn pop(c: &ClassHeap, len: u32, secret: usize) -> *mut u8 {
-    let obj = c.sheaf_top(len);
+    let obj = top(c, len);
     if HARDENING {
         // SAFETY: `obj` is a block the sheaf held.
         let found = unsafe { take_sheaf_block(secret, obj) };
@@ -91,6 +126,193 @@ pub fn stop(found: SheafBlock, p: *mut u8) -> *mut u8 {
     os::fatal(what, p as usize)
 }
 
+// ---------------------------------------------------------------------------
+// A full sheaf, an empty one
+
+/// Makes room in `c`, the full sheaf of `class` in `heap` (a thread's
+/// own): the whole sheaf into the class's barn, for another thread whose
+/// sheaf runs empty, if its oldest block is of a slab another heap owns:
+/// blocks another thread allocated (those of the thread's own slabs go
+/// back with one splice, those of slabs no heap owns, FULL or listed, are
+/// a single thread's past: a single-threaded program has nobody to serve);
+/// else, or the barn full, the older half back to the slabs.
+pub fn make_room(heap: &Heap, c: &ClassHeap, class: usize) {
+    let cap = c.sheaf_cap.get();
+    invariant!(cap != 0 && c.sheaf_len.get() == cap);
+    // SAFETY: a block the full sheaf holds, in one of our segments.
+    // Relaxed: a hint of where the sheaf goes; nothing is read through it.
+    let owner = unsafe { &*slab_of(top(c, 1)) }
+        .owner
+        .load(Ordering::Relaxed);
+    let me = heap as *const Heap as usize;
+    if purge::program_has_other_threads()
+        && owner != 0
+        && owner != me
+        && barn::BARNS[class].put(&c.sheaf[1..=cap as usize], SHEAF_CAP[class] as usize)
+    {
+        c.sheaf_len.set(0);
+        c.ev.add(Ev::SheafToBarn, cap as u64);
+        // The next purge flushes the barns, so that what waits there goes
+        // back to its slabs once the class goes quiet.
+        purge::schedule(purge::now_ns());
+    } else {
+        flush_oldest(heap, c, cap.div_ceil(2));
+    }
+}
+
+/// Fills the empty sheaf of `class` in `heap`, a thread's own, from the
+/// class's barn (a full sheaf another thread put there), before the
+/// allocation slow path carves the active slab further: the blocks it took,
+/// 0 if the class has no sheaf, the sheaf is not empty (the sampler came
+/// here), the heap is the orphan one, or the barn is empty. It takes no
+/// more than the sheaf's capacity; the rest stays on the barn's shelf.
+pub fn fill_from_barn(heap: &Heap, class: usize) -> u32 {
+    let c = &heap.classes[class];
+    let cap = c.sheaf_cap.get();
+    if cap == 0 || c.sheaf_len.get() != 0 || !ptr::eq(heap, current()) {
+        return 0;
+    }
+    let n = barn::BARNS[class].take(&c.sheaf[1..=cap as usize]);
+    c.sheaf_len.set(n);
+    c.ev.add(Ev::SheafFromBarn, n as u64);
+    n
+}
+
+// ---------------------------------------------------------------------------
+// Sheaves and barns flushed back to their slabs
+
+/// Hands the `n` oldest blocks of `c`'s sheaf (the bottom ones: the top
+/// ones are the likeliest in cache) back to their slabs, each checked, and
+/// moves the rest down. Blocks of one slab one after another go back as a
+/// run: into the thread's own slab with one splice, into a slab another
+/// heap owns with one CAS (`push_remote_run`), which a thread that frees
+/// what another allocated in order (a consumer) makes long; else (a FULL
+/// or listed slab) each by the free into its slab.
+pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
+    let len = c.sheaf_len.get();
+    invariant!(n <= len);
+    let n = n as usize;
+    flush_blocks(heap, &c.sheaf[1..=n]);
+    let base = c.sheaf.as_ptr() as *mut *mut u8;
+    // SAFETY: `sheaf[1 + n..=len]` moves to `sheaf[1..=len - n]`, inside
+    // the array (`len` is at most `SHEAF_MAX`); a `Cell<T>` is laid out as
+    // a `T`, and the heap is this thread's, so nothing else reads it now.
+    unsafe { ptr::copy(base.add(1 + n), base.add(1), len as usize - n) };
+    c.sheaf_len.set(len - n as u32);
+    c.ev.add(Ev::SheafFlushed, n as u64);
+}
+
+/// Hands `blocks`, out of a sheaf or a barn, back to their slabs, each
+/// checked, in runs of one slab (`flush_run`), counted in `heap`. One pass:
+/// each block is checked and linked to the one before it in its run, so
+/// that its line is read and written once (`big_heap`'s free phase, where
+/// every block goes this way, took more instructions in two passes).
+fn flush_blocks(heap: &Heap, blocks: &[Cell<*mut u8>]) {
+    // The process's secret, not the heap's copy: the orphan heap, which
+    // flushes the barns for the purger, has none.
+    let secret = freelist::secret();
+    let mut i = 0;
+    while i < blocks.len() {
+        let head = blocks[i].get();
+        let mut tail = head;
+        let mut end = i;
+        loop {
+            let q = blocks[end].get();
+            if HARDENING {
+                // SAFETY: `q` is a block a sheaf held.
+                check(unsafe { take_sheaf_block(secret, q) }, q);
+            }
+            if end != i {
+                // SAFETY: `tail` and `q`, checked, are blocks of one slab
+                // that the caller gives up.
+                unsafe { freelist::set_next_with(secret, tail, q) };
+                tail = q;
+            }
+            end += 1;
+            if end == blocks.len()
+                || (blocks[end].get() as usize ^ head as usize) >= segment::SLAB_BYTES
+            {
+                break;
+            }
+        }
+        flush_run(heap, &blocks[i..end]);
+        i = end;
+    }
+}
+
+/// Frees `run`, checked blocks of one slab out of a sheaf, linked first to
+/// last already, into their slab: by its owner (`free_owned_unchecked`),
+/// else pushed onto its remote list in one CAS, or (a FULL or LISTED slab)
+/// each through `free_unowned`. Counted as the slab-level frees they are.
+fn flush_run(heap: &Heap, run: &[Cell<*mut u8>]) {
+    let (head, tail) = (run[0].get(), run[run.len() - 1].get());
+    // SAFETY: `head` is a block of one of our segments (a sheaf took it).
+    let slab = unsafe { &*segment::slab_of(head) };
+    let me = heap as *const Heap as usize;
+    // Acquire: pairs with `give_back`'s Release, as the fast path's does.
+    if slab.owner.load(Ordering::Acquire) == me {
+        return free_owned_run(heap, slab, head, tail, run.len() as u32);
+    }
+    let class = slab.class.get() as usize;
+    if slab.push_remote_run(head, tail, me, || {}) == Push::Pushed {
+        heap.classes[class].ev.add(Ev::FreeRemote, run.len() as u64);
+        return;
+    }
+    // Not OWNED (or ours after all): one block at a time. The run's links
+    // are no double frees: the blocks were checked.
+    for b in run {
+        free_unowned(heap, slab, b.get(), false);
+    }
+}
+/// Flushes the whole sheaf of `c`, a class heap of `heap`.
+pub fn flush_class(heap: &Heap, c: &ClassHeap) {
+    flush_oldest(heap, c, c.sheaf_len.get());
+}
+
+/// Flushes every sheaf of `heap` (the thread exits, or trims).
+pub fn flush_all(heap: &Heap) {
+    for (class, c) in heap.classes.iter().enumerate() {
+        if heap.is_warm(class) {
+            flush_class(heap, c);
+        }
+    }
+}
+
+/// Flushes the calling thread's sheaves, then the barns (`malloc_trim`,
+/// `trim`).
+pub fn flush_current() {
+    let heap = current();
+    if heap == EMPTY || heap == DEAD {
+        return;
+    }
+    // SAFETY: a created heap lives until this thread's destructor.
+    let heap = unsafe { &*heap };
+    flush_all(heap);
+    flush_barns(heap);
+}
+
+/// Hands every barn's blocks back to their slabs, counted in `heap` (a
+/// thread's, or the orphan heap for the purger): trim, and every purge (so
+/// that a barn holds blocks for one purge delay at most once its class goes
+/// quiet).
+pub fn flush_barns(heap: &Heap) {
+    let sheaf = [const { Cell::new(ptr::null_mut()) }; SHEAF_MAX];
+    for (class, c) in heap.classes.iter().enumerate() {
+        loop {
+            let n = barn::BARNS[class].take(&sheaf) as usize;
+            if n == 0 {
+                break;
+            }
+            c.ev.add(Ev::SheafFromBarn, n as u64);
+            flush_blocks(heap, &sheaf[..n]);
+            c.ev.add(Ev::SheafFlushed, n as u64);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// At exit
+
 /// At exit (a `.fini_array` entry): the blocks left in the exiting
 /// thread's sheaves are checked as a flush would check them, so that a
 /// double free that no pop or flush met still stops the process. The tags
@@ -114,7 +336,7 @@ extern "C" fn check_at_exit() {
         }
         for b in blocks {
             // SAFETY: as above; its tag was there.
-            unsafe { crate::freelist::set_sheaf_tag(secret, b.get()) };
+            unsafe { set_sheaf_tag(secret, b.get()) };
         }
     }
 }

@@ -20,13 +20,13 @@
 //!   without a purge; steps of budget no longer used go back to the pool.
 //! - A thread's exit, and `thread_idle`, give back all of it.
 //!
-//! All of it runs on the slow paths (`fastpath::free_no_room`,
-//! `refill::take_from_barn`), at warm-up, idle and exit: the fast paths
+//! All of it runs on the slow paths (`fastpath::free_no_room`, the
+//! allocation slow path's fill from the barn), at warm-up, idle and exit: the fast paths
 //! only compare a sheaf's length with its capacity.
 
 use crate::counters::{global, Ev};
-use crate::free::flush_oldest;
 use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
+use crate::sheaf::flush_oldest;
 use crate::size_class::{CLASS_BYTES, SHEAF_CAP, SHEAF_START, SHEAF_THREAD_START_BYTES};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
