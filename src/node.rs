@@ -291,9 +291,10 @@ pub trait Freer {
     /// `looks_free` as for `Node::free_unowned`.
     fn free_owned(&self, slab: &Slab, p: *mut u8, looks_free: bool);
     /// A slab the heap claimed from FULL with its free, and did not give
-    /// back (the free emptied it, or the heap that filled it is gone or is
-    /// this one): the heap adopts it, or lists it on the node (or gives it
-    /// back to its segment).
+    /// back (the free emptied it, or no other heap takes it back: none
+    /// filled it, the one that did has exited, or it is this one): the heap
+    /// adopts it, or lists it on the node (or gives it back to its
+    /// segment).
     fn keep_claimed(&self, slab: &Slab);
     /// Whether the heap takes `slab`, LISTED on the node, at this free into
     /// it (it has freed into it so often in a row). Node lock held.
@@ -326,9 +327,10 @@ impl Node {
                     continue;
                 }
                 // Alone with the slab until it is handed on: back to the heap
-                // that filled it, unless that heap is gone or is this one, or
-                // the free emptied the slab (a class of one block per slab):
-                // then `keep_claimed` lists it or gives it back to its
+                // that filled it, unless there is none (a slab filled on the
+                // node), it has exited or is this one, or the free emptied
+                // the slab (a class of one block per slab): then
+                // `keep_claimed` lists that one or gives it back to its
                 // segment now, where the refill of the heap that filled it
                 // would have passed it after a trip through its `returned`
                 // stack.
