@@ -1,4 +1,6 @@
-//! The free slow path: a free the fast path could not finish. A block of a
+//! The free slow path: a free the fast path could not finish, with this
+//! heap's side (`ClassFreer`) of the protocol of a free into a slab the
+//! freer may not own (`Node::free_unowned`, which the model checks). A block of a
 //! slab another heap owns goes onto that slab's remote list; a FULL slab is
 //! claimed by the freer and given back to the heap that filled it, or
 //! adopted; a LISTED slab takes the free under its node lock (and is adopted
@@ -12,87 +14,106 @@ use core::ptr;
 use crate::counters::Ev;
 use crate::freelist;
 use crate::heap::{owner_tag, Heap, MAX_THREAD_PARTIAL};
-use crate::node::NODES;
+use crate::node::{Freer, NODES};
 use crate::release::{keep_partial, release, slab_emptied, trim_partials};
-use crate::slab::{self, double_free, invalid_free, Push, Slab, State};
-use crate::sync::Ordering;
+use crate::slab::{self, double_free, invalid_free, Slab};
+use crate::sync::{AtomicPtr, Ordering};
 
 /// A free, by `heap` (the slow paths' heap), of `p` in a slab `heap` may not own: a
 /// push onto its owner's remote list, the claim of a FULL slab, or a free
-/// into a LISTED one under its node lock. `looks_free` is
+/// into a LISTED one under its node lock (`Node::free_unowned`). `looks_free` is
 /// `slab::looks_free(p)` as `remote_free::free_slow` read it, before any
 /// write into `p`.
 pub fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
     let class = slab.class.get() as usize;
-    loop {
-        let state = match slab.push_remote(p, owner_tag(heap), looks_free) {
-            Push::Pushed => {
-                heap.classes[class].ev.inc(Ev::FreeRemote);
-                return;
-            }
-            // The orphan heap owns it, or our own slab reached the slow path.
-            Push::Mine => return free_owned_slow(heap, slab, p, looks_free),
-            Push::NotOwned(state) => state,
+    NODES[class].free_unowned(slab, p, looks_free, &ClassFreer { heap, class });
+}
+
+/// Frees `run`, checked blocks of `slab` out of a sheaf, linked first to
+/// last already, into a slab `heap` does not own: one push, else each
+/// block as `free_unowned` frees it (`Node::free_unowned_run`).
+pub fn free_unowned_run(heap: &Heap, slab: &Slab, run: &[core::cell::Cell<*mut u8>]) {
+    let class = slab.class.get() as usize;
+    NODES[class].free_unowned_run(slab, run, &ClassFreer { heap, class });
+}
+
+/// `heap` freeing blocks of `class` into slabs it may not own: the heap
+/// side of `Node::free_unowned`.
+struct ClassFreer<'a> {
+    heap: &'a Heap,
+    class: usize,
+}
+
+impl Freer for ClassFreer<'_> {
+    fn tag(&self) -> usize {
+        owner_tag(self.heap)
+    }
+
+    fn count_remote(&self, n: u64) {
+        self.heap.classes[self.class].ev.add(Ev::FreeRemote, n);
+    }
+
+    fn returned(&self, tag: usize) -> &AtomicPtr<Slab> {
+        // SAFETY: heaps are never unmapped (an exited one reads CLOSED);
+        // `tag` is a heap's owner tag, its address.
+        unsafe { &(*(tag as *const Heap)).classes[self.class].returned }
+    }
+
+    fn free_owned(&self, slab: &Slab, p: *mut u8, looks_free: bool) {
+        free_owned_slow(self.heap, slab, p, looks_free);
+    }
+
+    fn keep_claimed(&self, slab: &Slab) {
+        // Emptied by this free: onto the node list or back to its segment.
+        // A cold class owns no slab (`shared`): the slab goes back to the
+        // node list, where the shared slabs are.
+        if slab.inuse.get() == 0 || !self.heap.is_warm(self.class) {
+            return list_claimed(self.heap, self.class, slab);
+        }
+        self.heap.classes[self.class].ev.inc(Ev::FreeSlow);
+        adopt(self.heap, self.class, slab);
+    }
+
+    /// The `ADOPT_AFTER_FREES`th free in a row into the same listed slab,
+    /// counted in `ClassHeap::last_listed_free`, for a warm class.
+    fn adopts_listed(&self, slab: &Slab) -> bool {
+        if !self.heap.is_warm(self.class) {
+            return false;
+        }
+        let c = &self.heap.classes[self.class];
+        let last = c.last_listed_free.get();
+        let this = slab as *const Slab as usize;
+        let run = if last & !RUN_MASK == this {
+            (last & RUN_MASK) + 1
+        } else {
+            1
         };
-        not_a_live_block(state, slab, p);
-        if state == State::Full {
-            if !slab.try_claim_full(p) {
-                continue;
-            }
-            // Alone with the slab until it is handed on. Emptied by this
-            // free (a class of one block per slab): onto the node list or
-            // back to its segment now, where the refill of the heap that
-            // filled it would have passed it after a trip through its
-            // `returned` stack.
-            if slab.inuse.get() == 0 {
-                return list_claimed(heap, class, slab);
-            }
-            // Else back to the heap that filled it, or onto our partial
-            // list if that heap is gone.
-            let last = slab.last_owner.get();
-            if last != 0 && last != owner_tag(heap) {
-                // SAFETY: heaps are never unmapped (an exited one reads
-                // CLOSED); `last` is a heap's owner tag, its address.
-                let to = unsafe { &*(last as *const Heap) };
-                if slab.give_back(last, &to.classes[class].returned) {
-                    heap.classes[class].ev.inc(Ev::FreeRemote);
-                    return;
-                }
-            }
-            if !heap.is_warm(class) {
-                // A cold class owns no slab (`shared`): the slab goes back
-                // to the node list, where the shared slabs are.
-                return list_claimed(heap, class, slab);
-            }
-            heap.classes[class].ev.inc(Ev::FreeSlow);
-            return adopt(heap, class, slab);
+        if run >= ADOPT_AFTER_FREES {
+            c.last_listed_free.set(0);
+            return true;
         }
-        let node = &NODES[class];
-        let g = node.lock.guard();
-        if slab.state() != State::Listed {
-            continue; // a heap took the slab, or it filled up, while we waited
+        c.last_listed_free.set(this | run);
+        false
+    }
+
+    /// `ADOPT_AFTER_FREES` frees in a row into the same node-listed slab:
+    /// the thread took the slab (LISTED -> OWNED), and it joins its partial
+    /// list, so that its next frees into it are local ones, not one node
+    /// lock each. Frees scattered over many listed slabs keep the lock per
+    /// free and leave the slabs listed.
+    fn keep_listed(&self, slab: &Slab) {
+        NODES[self.class].lock.assert_held();
+        let c = &self.heap.classes[self.class];
+        while c.partial_count.get() >= MAX_THREAD_PARTIAL {
+            // SAFETY: the partial list is not empty; its slabs are ours.
+            release(
+                self.heap,
+                self.class,
+                unsafe { &*c.pop_partial() },
+                ptr::null_mut(),
+            );
         }
-        if heap.is_warm(class) {
-            let c = &heap.classes[class];
-            let last = c.last_listed_free.get();
-            let this = slab as *const Slab as usize;
-            let run = if last & !RUN_MASK == this {
-                (last & RUN_MASK) + 1
-            } else {
-                1
-            };
-            c.last_listed_free.set(this | run.min(RUN_MASK));
-            if run >= ADOPT_AFTER_FREES {
-                c.last_listed_free.set(0);
-                adopt_listed(heap, class, slab);
-                drop(g);
-                return free_owned_slow(heap, slab, p, looks_free);
-            }
-        }
-        // Counted in the node's counters (no write to the class heap of a
-        // thread whose class is cold).
-        node.free_listed(slab, p, looks_free);
-        return;
+        c.push_partial(slab, true);
     }
 }
 
@@ -108,22 +129,6 @@ const ADOPT_AFTER_FREES: usize = 8;
 /// The low bits of `ClassHeap::last_listed_free` that count the run.
 const RUN_MASK: usize = 127;
 const _: () = assert!(core::mem::size_of::<Slab>() > RUN_MASK && ADOPT_AFTER_FREES <= RUN_MASK);
-
-/// `ADOPT_AFTER_FREES` frees in a row into the same node-listed slab: the
-/// thread takes the slab (LISTED -> OWNED, onto its partial list), so that
-/// its next frees into it are local ones, not one node lock each. Frees
-/// scattered over many listed slabs keep the lock per free and leave the
-/// slabs listed. Node lock held.
-fn adopt_listed(heap: &Heap, class: usize, slab: &Slab) {
-    NODES[class].lock.assert_held();
-    let c = &heap.classes[class];
-    NODES[class].take(slab, owner_tag(heap));
-    while c.partial_count.get() >= MAX_THREAD_PARTIAL {
-        // SAFETY: the partial list is not empty; its slabs are ours.
-        release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());
-    }
-    c.push_partial(slab, true);
-}
 
 /// A slab this thread claimed from FULL (its free just made) goes to the
 /// node list, or back to its segment if empty and not kept, under the node
@@ -141,20 +146,6 @@ fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
         node.count_free_listed();
     }
     release(heap, class, slab, ptr::null_mut());
-}
-
-/// Stops the process if `p` cannot be a live block of `slab` in `state`:
-/// not the start of a block, or a block of a slab that is FREE (all its
-/// blocks were freed and it went back to its segment, which keeps its
-/// geometry until the slab is used again, though none of it counts as
-/// carved), so a double free.
-fn not_a_live_block(state: State, slab: &Slab, p: *mut u8) {
-    if state == State::Free && slab.is_slot_start(p) {
-        double_free(p);
-    }
-    if !slab.is_object_start(p) {
-        invalid_free(p);
-    }
 }
 
 /// A slab we just adopted with a free joins our partial list; if that list

@@ -6,6 +6,12 @@
 //! Placement (SLUB's `add_partial` policy): nearly empty slabs go to the head, where the next
 //! refill takes them while they are cache-hot; fuller slabs, and slabs that
 //! became partial through a remote free (cache-cold), go to the tail.
+//!
+//! And the free of a block into a slab the freer may not own
+//! (`Node::free_unowned`, a sheaf's run of blocks `Node::free_unowned_run`):
+//! the protocol that moves it between the slab's owner, FULL and this
+//! list, with what the freeing heap keeps and counts left to the heap
+//! (`Freer`), so that the model check (`tests/model`) runs it as shipped.
 
 use core::ptr;
 
@@ -16,8 +22,8 @@ use crate::list::List;
 use crate::segment;
 #[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{double_free, Slab, State};
-use crate::sync::{invariant, AtomicU64, AtomicUsize, Lock, Ordering};
+use crate::slab::{double_free, invalid_free, Push, Slab, State};
+use crate::sync::{invariant, AtomicPtr, AtomicU64, AtomicUsize, Lock, Ordering};
 
 /// For classes of few objects per slab, a node keeps as many empty slabs
 /// as hold this many objects (SLUB's `min_partial`, which grows with the
@@ -237,7 +243,7 @@ impl Node {
     }
 
     /// Counts a free into a slab this list is about to take: a cold class's
-    /// free that claimed a FULL slab (`free::free_unowned`). Lock held.
+    /// free that claimed a FULL slab (`Freer::keep_claimed`). Lock held.
     pub fn count_free_listed(&self) {
         self.lock.assert_held();
         count(&self.frees_listed);
@@ -259,6 +265,135 @@ impl Node {
     pub fn for_each(&self, f: impl FnMut(&Slab)) {
         self.lock.assert_held();
         self.slabs.iter().for_each(f);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Frees into slabs the freer may not own
+
+/// The heap that frees blocks of one class into slabs it may not own, as
+/// the unowned free (`Node::free_unowned`) needs it: the protocol is the
+/// slab's and the node's, what the heap keeps and counts is its own. The
+/// allocator's heaps are `free::ClassFreer`; the model check's are
+/// stand-ins (`tests/model`), so that it runs this protocol as shipped.
+pub trait Freer {
+    /// The heap's owner tag (`Slab::owner`).
+    fn tag(&self) -> usize;
+    /// Counts `n` frees that went onto their slab's remote list, or with a
+    /// claimed slab back to the heap that filled it.
+    fn count_remote(&self, n: u64);
+    /// The `returned` stack of the heap whose owner tag is `tag`, a slab's
+    /// last owner (a heap is never unmapped; an exited one's stack is
+    /// `CLOSED`).
+    fn returned(&self, tag: usize) -> &AtomicPtr<Slab>;
+    /// A free of `p` into `slab`, which the heap owns: its own slab reached
+    /// the slow path, or it has just taken the slab off the node list.
+    /// `looks_free` as for `Node::free_unowned`.
+    fn free_owned(&self, slab: &Slab, p: *mut u8, looks_free: bool);
+    /// A slab the heap claimed from FULL with its free, and did not give
+    /// back (the free emptied it, or no other heap takes it back: none
+    /// filled it, the one that did has exited, or it is this one): the heap
+    /// adopts it, or lists it on the node (or gives it back to its
+    /// segment).
+    fn keep_claimed(&self, slab: &Slab);
+    /// Whether the heap takes `slab`, LISTED on the node, at this free into
+    /// it (it has freed into it so often in a row). Node lock held.
+    fn adopts_listed(&self, slab: &Slab) -> bool;
+    /// `slab`, just taken off the node list for the heap (`adopts_listed`),
+    /// joins the heap's lists. Node lock held.
+    fn keep_listed(&self, slab: &Slab);
+}
+
+impl Node {
+    /// A free of `p`, by `heap`, into `slab`, a slab of this node's class
+    /// that `heap` may not own: a push onto its owner's remote list, the
+    /// claim of a FULL slab (given back to the heap that filled it, or kept
+    /// by `heap`), or a free into a LISTED slab under this node's lock.
+    /// `looks_free` is `slab::looks_free(p)` as the caller read it, before
+    /// any write into `p`: a push that loses its CAS may have written its
+    /// link into `p` already (`Slab::push_remote`).
+    pub fn free_unowned(&self, slab: &Slab, p: *mut u8, looks_free: bool, heap: &impl Freer) {
+        loop {
+            let state = match slab.push_remote(p, heap.tag(), looks_free) {
+                Push::Pushed => return heap.count_remote(1),
+                // The orphan heap owns it, or the heap's own slab reached the
+                // slow path.
+                Push::Mine => return heap.free_owned(slab, p, looks_free),
+                Push::NotOwned(state) => state,
+            };
+            not_a_live_block(state, slab, p);
+            if state == State::Full {
+                if !slab.try_claim_full(p) {
+                    continue;
+                }
+                // Alone with the slab until it is handed on: back to the heap
+                // that filled it, unless there is none (a slab filled on the
+                // node), it has exited or is this one, or the free emptied
+                // the slab (a class of one block per slab): then
+                // `keep_claimed` lists that one or gives it back to its
+                // segment now, where the refill of the heap that filled it
+                // would have passed it after a trip through its `returned`
+                // stack.
+                let last = slab.last_owner.get();
+                if slab.inuse.get() != 0
+                    && last != 0
+                    && last != heap.tag()
+                    && slab.give_back(last, heap.returned(last))
+                {
+                    return heap.count_remote(1);
+                }
+                return heap.keep_claimed(slab);
+            }
+            let g = self.lock.guard();
+            if slab.state() != State::Listed {
+                continue; // a heap took the slab, or it filled up, while we waited
+            }
+            if heap.adopts_listed(slab) {
+                self.take(slab, heap.tag());
+                heap.keep_listed(slab);
+                drop(g);
+                return heap.free_owned(slab, p, looks_free);
+            }
+            // Counted in the node's counters (no write to the class heap of a
+            // thread whose class is cold).
+            self.free_listed(slab, p, looks_free);
+            return;
+        }
+    }
+
+    /// Frees `run`, blocks of `slab` out of a sheaf of `heap`, checked and
+    /// linked first to last already, into a slab `heap` does not own:
+    /// pushed onto its remote list with one CAS (`Slab::push_remote_run`),
+    /// or, the slab not OWNED by another heap (FULL, LISTED, or `heap`'s
+    /// after all), each through `free_unowned`.
+    pub fn free_unowned_run(
+        &self,
+        slab: &Slab,
+        run: &[core::cell::Cell<*mut u8>],
+        heap: &impl Freer,
+    ) {
+        let (head, tail) = (run[0].get(), run[run.len() - 1].get());
+        if slab.push_remote_run(head, tail, heap.tag(), || {}) == Push::Pushed {
+            return heap.count_remote(run.len() as u64);
+        }
+        // The run's links are no double frees: the blocks were checked.
+        for b in run {
+            self.free_unowned(slab, b.get(), false, heap);
+        }
+    }
+}
+
+/// Stops the process if `p` cannot be a live block of `slab` in `state`:
+/// not the start of a block, or a block of a slab that is FREE (all its
+/// blocks were freed and it went back to its segment, which keeps its
+/// geometry until the slab is used again, though none of it counts as
+/// carved), so a double free.
+fn not_a_live_block(state: State, slab: &Slab, p: *mut u8) {
+    if state == State::Free && slab.is_slot_start(p) {
+        double_free(p);
+    }
+    if !slab.is_object_start(p) {
+        invalid_free(p);
     }
 }
 

@@ -49,14 +49,13 @@ use core::ptr;
 
 use crate::barn;
 use crate::counters::Ev;
-use crate::free::{free_owned_run, free_unowned};
+use crate::free::{free_owned_run, free_unowned_run};
 use crate::freelist::{self, set_sheaf_tag, take_sheaf_block, SheafBlock, HARDENING};
 use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
 use crate::os;
 use crate::purge;
 use crate::segment::{self, slab_of};
 use crate::size_class::{SHEAF_CAP, SHEAF_MAX};
-use crate::slab::Push;
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
 
@@ -253,16 +252,7 @@ fn flush_run(heap: &Heap, run: &[Cell<*mut u8>]) {
     if slab.owner.load(Ordering::Acquire) == me {
         return free_owned_run(heap, slab, head, tail, run.len() as u32);
     }
-    let class = slab.class.get() as usize;
-    if slab.push_remote_run(head, tail, me, || {}) == Push::Pushed {
-        heap.classes[class].ev.add(Ev::FreeRemote, run.len() as u64);
-        return;
-    }
-    // Not OWNED (or ours after all): one block at a time. The run's links
-    // are no double frees: the blocks were checked.
-    for b in run {
-        free_unowned(heap, slab, b.get(), false);
-    }
+    free_unowned_run(heap, slab, run);
 }
 /// Flushes the whole sheaf of `c`, a class heap of `heap`.
 pub fn flush_class(heap: &Heap, c: &ClassHeap) {

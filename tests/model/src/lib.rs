@@ -2,7 +2,10 @@
 //! `sync`, `size_class`, `freelist`, `list`, `slab` and `node` modules, compiled
 //! against loom's atomics and cells (`--cfg loom`, see `ci/model.sh`) and
 //! instantiated on slabs and nodes made for each scenario instead of the
-//! process's statics. Loom runs each scenario under every interleaving of
+//! process's statics. The scenarios' frees run the shipped protocol
+//! (`node::Node::free_unowned`, `node::Node::free_unowned_run`) with the
+//! model's heaps as the heap side it leaves to its caller (`node::Freer`,
+//! `scenarios::ModelHeap`). Loom runs each scenario under every interleaving of
 //! its threads (and every value a load may return under the C11 memory
 //! model), and fails on a cell read or written by two threads without a
 //! happens-before edge between them; the free-list links are such cells

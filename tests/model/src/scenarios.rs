@@ -1,8 +1,11 @@
 //! The scenarios: two or three threads on one slab, each checking where
 //! every object ends up (free exactly once, or still in use) and who owns
-//! the slab.
+//! the slab. Their frees into slabs the freer may not own run the shipped
+//! protocol (`Node::free_unowned`, a sheaf's run `Node::free_unowned_run`)
+//! with the model's heaps as its heap side (`ModelHeap`).
 
 use std::alloc::{alloc_zeroed, Layout};
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
@@ -10,7 +13,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::freelist::{clear_link, get_next, init_secret, set_next};
-use crate::node::Node;
+use crate::node::{Freer, Node};
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTES};
 use crate::slab::{Push, Slab, State, CLOSED};
 use crate::sync::{AtomicPtr, Ordering};
@@ -234,94 +237,130 @@ fn free_local(slab: &Slab, p: usize) {
     unsafe { slab.free_object(p as *mut u8) };
 }
 
-/// A free by OTHER as `free::free_unowned` does it, for a slab that is
-/// OWNED or FULL: push, or claim and give back to OWNER (adopt if closed).
-/// Returns whether the freer adopted the slab.
+/// A heap of the model, as the shipped unowned free sees it (`Freer`):
+/// the heap `tag`, for which the slab's class is warm, but for COLD. OWNER
+/// is the only last owner a scenario's slab has, and `returned` its stack,
+/// where the scenario has one; COLD lists the slabs it claims on `node`.
+/// It notes what the free did: the frees it counted as remote, one entry
+/// per push (a run's length, or 1), and whether it claimed the slab from
+/// FULL (and adopted or listed it).
+struct ModelHeap<'a> {
+    tag: usize,
+    node: &'a Node,
+    returned: Option<&'a AtomicPtr<Slab>>,
+    counted: RefCell<Vec<u64>>,
+    claimed: Cell<bool>,
+}
+
+impl<'a> ModelHeap<'a> {
+    fn new(tag: usize, node: &'a Node, returned: Option<&'a AtomicPtr<Slab>>) -> Self {
+        ModelHeap {
+            tag,
+            node,
+            returned,
+            counted: RefCell::new(Vec::new()),
+            claimed: Cell::new(false),
+        }
+    }
+}
+
+impl Freer for ModelHeap<'_> {
+    fn tag(&self) -> usize {
+        self.tag
+    }
+
+    fn count_remote(&self, n: u64) {
+        self.counted.borrow_mut().push(n);
+    }
+
+    fn returned(&self, tag: usize) -> &AtomicPtr<Slab> {
+        assert_eq!(tag, OWNER, "a last owner other than OWNER");
+        self.returned
+            .expect("a give-back in a scenario whose slab has no last owner")
+    }
+
+    /// Onto the local list, as `free::free_owned_slow` frees a block that
+    /// does not look free.
+    fn free_owned(&self, slab: &Slab, p: *mut u8, looks_free: bool) {
+        assert!(!looks_free);
+        // SAFETY: `p` is an object of the slab, in use, given up; the heap
+        // owns the slab.
+        unsafe { slab.free_object(p) };
+    }
+
+    /// A cold heap lists the slab on the node, as `free::list_claimed` does
+    /// (`release::release`); a warm one adopts it (the model's frees empty
+    /// no slab).
+    fn keep_claimed(&self, slab: &Slab) {
+        self.claimed.set(true);
+        if self.tag == COLD {
+            self.node.lock.lock();
+            list_on_node(self.node, slab);
+            self.node.lock.unlock();
+        } else {
+            slab.adopt(self.tag);
+        }
+    }
+
+    /// The model's heaps free into a listed slab under the node lock, and
+    /// never take it.
+    fn adopts_listed(&self, _slab: &Slab) -> bool {
+        false
+    }
+
+    fn keep_listed(&self, _slab: &Slab) {
+        unreachable!("the model's heaps take no listed slab");
+    }
+}
+
+/// A free of `p` by the heap `me` into `slab`, which it may not own,
+/// through the shipped `Node::free_unowned` (as `free::free_unowned` frees
+/// it); `looks_free` is the double-free test as `remote_free::free_slow`
+/// read it, once, before the first push (whose losing CAS may already have
+/// written a link into `p`). Returns whether `me` claimed the slab.
+fn free_by(
+    me: usize,
+    node: &Node,
+    slab: &Slab,
+    p: usize,
+    looks_free: bool,
+    returned: Option<&AtomicPtr<Slab>>,
+) -> bool {
+    let heap = ModelHeap::new(me, node, returned);
+    node.free_unowned(slab, p as *mut u8, looks_free, &heap);
+    heap.claimed.get()
+}
+
+/// A free by OTHER into a slab that is OWNED or FULL: a push, or the claim
+/// of the FULL slab, given back to OWNER through `returned` (adopted if
+/// OWNER closed it). Returns whether the freer adopted the slab.
 fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
     free_warm(OTHER, slab, p, returned)
 }
 
 /// `free_remote` by the heap `me`, for which the class is warm: a slab it
-/// finds it owns (`Push::Mine`) takes the free on its local list, as
-/// `free::free_owned_slow` does; a FULL slab it claims goes back to its
-/// last owner unless that is `me` or closed, else `me` adopts it.
+/// finds it owns (`Push::Mine`) takes the free on its local list; a FULL
+/// slab it claims goes back to its last owner unless that is `me` or
+/// closed, else `me` adopts it. The slab is never listed: the node is the
+/// free's own.
 fn free_warm(me: usize, slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
-    loop {
-        match slab.push_remote(p as *mut u8, me, false) {
-            Push::Pushed => return false,
-            Push::Mine => {
-                // SAFETY: `p` is an object of the slab, in use, given up;
-                // `me` owns the slab.
-                unsafe { slab.free_object(p as *mut u8) };
-                return false;
-            }
-            Push::NotOwned(State::Full) => {
-                if !slab.try_claim_full(p as *mut u8) {
-                    continue;
-                }
-                let last = slab.last_owner.get();
-                if last != 0 && last != me && slab.give_back(last, returned) {
-                    return false;
-                }
-                slab.adopt(me);
-                return true;
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    free_by(me, &Node::new(), slab, p, false, Some(returned))
 }
 
-/// A free by a thread that does not own the slab, as
-/// `free::free_unowned` does it: a push if the slab is OWNED; under the
-/// node lock if it is LISTED (looking again once the lock is held); the
-/// claim of a FULL slab, which the freer adopts (the model's slabs have no
-/// last owner here). `looks_free` is the double-free test as
-/// `remote_free::free_slow` read it, once, before the first push (whose losing
-/// CAS may already have written a link into `p`). Returns whether the freer
-/// claimed the slab.
+/// A free by OTHER, for which the class is warm, into a slab with no last
+/// owner (`free_by`): a push if the slab is OWNED; under the node lock if
+/// it is LISTED (looking again once the lock is held); the claim of a FULL
+/// slab, which the freer adopts. Returns whether the freer claimed the
+/// slab.
 fn free_unowned(node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
-    free_by(OTHER, node, slab, p, looks_free)
+    free_by(OTHER, node, slab, p, looks_free, None)
 }
 
-/// A free by a heap for which the class is cold, as `free::free_unowned`
-/// does it: a FULL slab it claims goes to the node list, not to its heap.
-/// Returns whether it claimed the slab.
+/// A free by a heap for which the class is cold (`free_by`): a FULL slab it
+/// claims goes to the node list, not to its heap. Returns whether it
+/// claimed the slab.
 fn free_cold(node: &Node, slab: &Slab, p: usize) -> bool {
-    free_by(COLD, node, slab, p, false)
-}
-
-/// `free_unowned` and `free_cold` by the heap `me`.
-fn free_by(me: usize, node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
-    loop {
-        match slab.push_remote(p as *mut u8, me, looks_free) {
-            Push::Pushed => return false,
-            Push::NotOwned(State::Listed) => {
-                node.lock.lock();
-                if slab.state() != State::Listed {
-                    node.lock.unlock();
-                    continue;
-                }
-                assert!(!node.free_listed(slab, p as *mut u8, looks_free));
-                node.lock.unlock();
-                return false;
-            }
-            Push::NotOwned(State::Full) => {
-                if !slab.try_claim_full(p as *mut u8) {
-                    continue;
-                }
-                assert_eq!(slab.last_owner.get(), 0);
-                if me == COLD {
-                    node.lock.lock();
-                    list_on_node(node, slab);
-                    node.lock.unlock();
-                } else {
-                    slab.adopt(me);
-                }
-                return true;
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    free_by(COLD, node, slab, p, false, None)
 }
 
 #[test]
@@ -592,17 +631,31 @@ fn a_cold_free_lists_the_full_slab_it_claims_while_another_frees_into_it() {
     });
 }
 
-/// A sheaf's flush of `run`, objects of the slab that its heap `me` gives
-/// up, as `free::flush_blocks` and `free::flush_run` push them: linked one
-/// to the next first (as each block is checked), then pushed with one CAS
-/// by the shipped `Slab::push_remote_run`, with nothing left to check.
-fn push_run(slab: &Slab, run: &[usize], me: usize) -> Push {
+/// A sheaf's flush of `run`, objects of a slab that its heap `me` gives up
+/// and does not own, as `sheaf::flush_blocks` and `sheaf::flush_run` free
+/// them: linked one to the next first (as each block is checked), then
+/// through the shipped `Node::free_unowned_run`, one push with nothing left
+/// to check, or each block as `free_by` frees it. Returns whether the run
+/// went in one push, and whether `me` claimed the slab.
+fn flush_run(
+    me: usize,
+    node: &Node,
+    slab: &Slab,
+    run: &[usize],
+    returned: Option<&AtomicPtr<Slab>>,
+) -> (bool, bool) {
     for w in run.windows(2) {
         // SAFETY: objects of the slab, in use, given up by the caller.
         unsafe { set_next(w[0] as *mut u8, w[1] as *mut u8) };
     }
-    let tail = run[run.len() - 1] as *mut u8;
-    slab.push_remote_run(run[0] as *mut u8, tail, me, || {})
+    let blocks: Vec<_> = run
+        .iter()
+        .map(|&p| core::cell::Cell::new(p as *mut u8))
+        .collect();
+    let heap = ModelHeap::new(me, node, returned);
+    node.free_unowned_run(slab, &blocks, &heap);
+    let pushed = *heap.counted.borrow() == [run.len() as u64];
+    (pushed, heap.claimed.get())
 }
 
 #[test]
@@ -617,7 +670,9 @@ fn runs_pushed_by_two_freers_reach_the_owner_while_it_frees_and_collects() {
             .into_iter()
             .zip([OTHER, THIRD])
             .map(|(run, me)| {
-                thread::spawn(move || assert_eq!(push_run(slab, &run, me), Push::Pushed))
+                thread::spawn(move || {
+                    assert_eq!(flush_run(me, &Node::new(), slab, &run, None), (true, false))
+                })
             })
             .collect();
         free_local(slab, e);
@@ -650,17 +705,12 @@ fn a_run_pushed_as_the_owner_lists_the_slab_is_merged_or_freed_block_by_block() 
         // The flush of the run `a`, `b`: one push, or, if the slab is not
         // OWNED, each block as `free_unowned` frees it, with no double-free
         // test (the links the lost push wrote would look free, and the
-        // slab may be OWNED again when the block's push comes). Returns
-        // whether the run was pushed.
-        let freer = thread::spawn(move || match push_run(slab, &[a, b], OTHER) {
-            Push::Pushed => true,
-            Push::NotOwned(_) => {
-                for p in [a, b] {
-                    assert!(!free_unowned(&n, slab, p, false));
-                }
-                false
-            }
-            other => panic!("unexpected {other:?}"),
+        // slab may be OWNED again when the block's push comes), claiming
+        // nothing. Returns whether the run was pushed.
+        let freer = thread::spawn(move || {
+            let (pushed, claimed) = flush_run(OTHER, &n, slab, &[a, b], None);
+            assert!(!claimed);
+            pushed
         });
         // The owner gives the slab up; a heap takes it again.
         node.lock.lock();
@@ -690,17 +740,13 @@ fn a_run_pushed_as_the_slab_goes_full_lands_or_is_freed_block_by_block() {
         let returned = Arc::new(AtomicPtr::new(core::ptr::null_mut()));
         let r = returned.clone();
         // The flush of the run `a`, `b`: one push, or, the slab FULL, each
-        // block as `free_unowned` frees it (no double-free test): `a`
-        // claims the slab and gives it back to OWNER, `b` is pushed.
-        let freer = thread::spawn(move || match push_run(slab, &[a, b], OTHER) {
-            Push::Pushed => true,
-            Push::NotOwned(State::Full) => {
-                for p in [a, b] {
-                    assert!(!free_remote(slab, p, &r));
-                }
-                false
-            }
-            other => panic!("unexpected {other:?}"),
+        // block as `free_remote` frees it (no double-free test): `a`
+        // claims the slab and gives it back to OWNER (no adoption), `b` is
+        // pushed.
+        let freer = thread::spawn(move || {
+            let (pushed, adopted) = flush_run(OTHER, &Node::new(), slab, &[a, b], Some(&r));
+            assert!(!adopted);
+            pushed
         });
         let collected = refill_or_make_full(slab);
         let pushed = freer.join().unwrap();
