@@ -50,9 +50,9 @@ pub const IDLE_ALLOCS: u32 = 4096;
 pub struct ClassHeap {
     /// Blocks in the sheaf: `sheaf[1..=sheaf_len]`, the top last.
     pub sheaf_len: Cell<u32>,
-    /// The sheaf's capacity while the class is warm, sized by demand
-    /// (`sheaf_budget`), from `size_class::SHEAF_START` up to `SHEAF_CAP`;
-    /// else 0, so that every free of the class finds the
+    /// The sheaf's capacity while the class is warm in a thread's heap,
+    /// sized by demand (`sheaf_budget`), from `size_class::SHEAF_START` up
+    /// to `SHEAF_CAP`; else 0, so that every free of the class finds the
     /// sheaf full and takes the slow path. Set by `Heap::set_sheaf_cap`.
     pub sheaf_cap: Cell<u32>,
     pub active: Cell<*mut Slab>,
@@ -298,17 +298,28 @@ impl Heap {
         self.warm.get() & (1 << class) != 0
     }
 
+    /// Whether this is a thread's heap (its `secret` is set when it is
+    /// made, `heap_start::create_heap`), not a static one: the orphan
+    /// heap, the profile's.
+    #[inline]
+    pub fn is_thread_heap(&self) -> bool {
+        self.secret.get() != 0
+    }
+
     /// Makes `class` warm: from now on the heap may own slabs of it, and
     /// its `returned` stack is open (reopened if an earlier thread of this
-    /// pooled heap closed it at exit).
+    /// pooled heap closed it at exit). A thread's heap gets a sheaf for it;
+    /// the orphan heap does not, since no fast path reaches it.
     pub fn warm_up(&self, class: usize) {
         if self.is_warm(class) {
             return;
         }
         self.warm.set(self.warm.get() | 1 << class);
-        let c = &self.classes[class];
-        c.sheaf_demand.set(c.misses());
-        self.set_sheaf_cap(class, SHEAF_START[class]);
+        if self.is_thread_heap() {
+            let c = &self.classes[class];
+            c.sheaf_demand.set(c.misses());
+            self.set_sheaf_cap(class, SHEAF_START[class]);
+        }
         // Relaxed: nothing is published; a give-back that still reads
         // CLOSED adopts its slab instead, as it would have before.
         let _ = self.classes[class].returned.compare_exchange(

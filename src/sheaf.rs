@@ -39,7 +39,8 @@
 //! A sheaf's capacity (`ClassHeap::sheaf_cap`) is 0 when its class heap
 //! has no sheaf: a class cold in the thread (its blocks come from shared
 //! slabs), a static heap (before the thread's heap exists, and after its
-//! exit), and the class heap of the slabs of the heap profile, of medium
+//! exit; the orphan heap's classes, warm or not: `Heap::is_thread_heap`),
+//! and the class heap of the slabs of the heap profile, of medium
 //! blocks and of debug mode (`heap::Heap::no_sheaf`); in debug mode no
 //! class of a thread's heap is warm (`debug`). A warm class's capacity is
 //! sized by demand (`sheaf_budget`).

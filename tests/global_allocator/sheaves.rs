@@ -546,3 +546,40 @@ fn the_threads_sheaves_grow_within_the_process_pool() {
     assert_eq!(taken, 32 << 20, "the budget taken from the pool");
     assert_eq!(slubmalloc::stats().totals.sheaf_budget_taken, 0);
 }
+
+/// Only a thread's own heap has sheaves. A thread past its exit (in a
+/// pthread key destructor that runs after the allocator's: glibc runs them
+/// in the keys' order, and the allocator's key is the process's first)
+/// allocates from the orphan heap, where a class warms up as anywhere, but
+/// no fast path reaches that heap: it gets no sheaf capacity, and none is
+/// counted.
+#[test]
+fn a_thread_past_its_exit_warms_a_class_without_a_sheaf() {
+    let Some(_fresh) = with_sheaves() else {
+        return;
+    };
+    // A class nothing else of the process uses.
+    const LATE: usize = 3000;
+    unsafe extern "C" fn allocate_late(_: *mut libc::c_void) {
+        let v: Vec<Box<[u8]>> = (0..64)
+            .map(|_| vec![1u8; LATE].into_boxed_slice())
+            .collect();
+        drop(v);
+    }
+    thread::spawn(|| {
+        let mut key = 0;
+        // SAFETY: a key with a destructor that takes no data from its value.
+        unsafe {
+            assert_eq!(libc::pthread_key_create(&mut key, Some(allocate_late)), 0);
+            assert_eq!(libc::pthread_setspecific(key, 1 as *const libc::c_void), 0);
+        }
+    })
+    .join()
+    .unwrap();
+    let c = *slubmalloc::stats().cache_for_size(LATE).unwrap();
+    assert!(
+        c.alloc_slow + c.alloc_fast >= 64,
+        "the destructor did not allocate: {c:?}"
+    );
+    assert_eq!(c.sheaf_capacity, 0, "the orphan heap got a sheaf: {c:?}");
+}
