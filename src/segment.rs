@@ -100,9 +100,9 @@ fn map() -> &'static SegmentMap {
         };
         p
     };
+    // The symbol's address, without reading it.
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: takes the address of the symbol declared above, without reading it.
-    let p: *const SegmentMap = unsafe { core::ptr::addr_of!(slubmalloc_segment_map) };
+    let p: *const SegmentMap = core::ptr::addr_of!(slubmalloc_segment_map);
     // SAFETY: the assembly above defines MAP_ENTRIES zeroed bytes for the
     // process's life, only ever accessed atomically (`entry`).
     unsafe { &*p }
