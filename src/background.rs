@@ -27,6 +27,7 @@ use crate::os;
 use crate::purge;
 use crate::segment;
 use crate::sheaf::flush_barns;
+use crate::sys;
 use crate::tls;
 
 /// Starts the purger if one is wanted (`purge::purger_wanted`). The caller
@@ -51,19 +52,19 @@ fn start() {
     // filled before they are read. The new thread starts in `purger`, which
     // never unwinds.
     let created = unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        let mut all: libc::sigset_t = core::mem::zeroed();
-        let mut old: libc::sigset_t = core::mem::zeroed();
-        libc::pthread_attr_init(&mut attr);
-        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut attr: sys::pthread_attr_t = core::mem::zeroed();
+        let mut all: sys::sigset_t = core::mem::zeroed();
+        let mut old: sys::sigset_t = core::mem::zeroed();
+        sys::pthread_attr_init(&mut attr);
+        sys::pthread_attr_setdetachstate(&mut attr, sys::PTHREAD_CREATE_DETACHED);
         // The new thread inherits the mask: the program's signals are never
         // delivered to the purger.
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let mut thread: libc::pthread_t = 0;
-        let rc = libc::pthread_create(&mut thread, &attr, purger, ptr::null_mut());
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut());
-        libc::pthread_attr_destroy(&mut attr);
+        sys::sigfillset(&mut all);
+        sys::pthread_sigmask(sys::SIG_SETMASK, &all, &mut old);
+        let mut thread: sys::pthread_t = 0;
+        let rc = sys::pthread_create(&mut thread, &attr, purger, ptr::null_mut());
+        sys::pthread_sigmask(sys::SIG_SETMASK, &old, ptr::null_mut());
+        sys::pthread_attr_destroy(&mut attr);
         rc == 0
     };
     purge::start_done(created);
@@ -81,13 +82,13 @@ const LAST_PURGE_WAIT_NS: u64 = 1_000_000_000;
 /// deadline is within `LAST_PURGE_WAIT_NS`, so that a program whose other
 /// threads have gone is single-threaded again and that it never keeps a
 /// process alive for long.
-extern "C" fn purger(_: *mut libc::c_void) -> *mut libc::c_void {
+extern "C" fn purger(_: *mut sys::c_void) -> *mut sys::c_void {
     // Whatever this thread's libc does on its behalf (its exit frees TLS of
     // other threads) goes through the orphan heap: it never gets a heap of
     // its own, whose exit destructor would not run.
     tls::set(DEAD);
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"slubmalloc-purge".as_ptr()) };
+    unsafe { sys::prctl(sys::PR_SET_NAME, c"slubmalloc-purge".as_ptr()) };
     loop {
         // Before what it waits for is read: a wake-up after this returns
         // the wait below at once.

@@ -30,6 +30,7 @@ use crate::alloc;
 use crate::ffi::{malloc_family, MIN_ALIGN};
 use crate::layout::Asked;
 use crate::sync::{AtomicUsize, Ordering};
+use crate::sys;
 
 /// The operators a delete here may lead to, looked up once (`Operators`).
 #[derive(Clone, Copy)]
@@ -66,7 +67,7 @@ fn operator(op: Op) -> usize {
 #[inline(never)]
 fn look_up() {
     let replaced = |name: &core::ffi::CStr| {
-        let f = found(libc::RTLD_DEFAULT, name);
+        let f = found(sys::RTLD_DEFAULT, name);
         if f == 0 || in_this_library(f) {
             0
         } else {
@@ -74,7 +75,7 @@ fn look_up() {
         }
     };
     let librarys =
-        |name: &core::ffi::CStr| found(libc::RTLD_DEFAULT, name) == found(libc::RTLD_NEXT, name);
+        |name: &core::ffi::CStr| found(sys::RTLD_DEFAULT, name) == found(sys::RTLD_NEXT, name);
     let new = librarys(c"_Znwm");
     let new_aligned = librarys(c"_ZnwmSt11align_val_t");
     let values = [
@@ -99,16 +100,16 @@ fn look_up() {
 /// The address `dlsym(handle, name)` finds, or 0.
 fn found(handle: *mut c_void, name: &core::ffi::CStr) -> usize {
     // SAFETY: a NUL-terminated name; dlsym has no other precondition.
-    unsafe { libc::dlsym(handle, name.as_ptr() as *const c_char) as usize }
+    unsafe { sys::dlsym(handle, name.as_ptr() as *const c_char) as usize }
 }
 
 /// Whether `addr` lies in this library (the object that holds `look_up`).
 fn in_this_library(addr: usize) -> bool {
     let base = |a: usize| {
         // SAFETY: `Dl_info` is plain data; dladdr fills it or returns 0.
-        let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+        let mut info: sys::Dl_info = unsafe { core::mem::zeroed() };
         // SAFETY: `info` is writable; any address may be asked about.
-        let ok = unsafe { libc::dladdr(a as *const c_void, &mut info) } != 0;
+        let ok = unsafe { sys::dladdr(a as *const c_void, &mut info) } != 0;
         ok.then_some(info.dli_fbase as usize)
     };
     let own = base(look_up as *const () as usize);

@@ -19,6 +19,7 @@ use crate::layout::Asked;
 use crate::options;
 use crate::os::{self, PAGE_BYTES};
 use crate::report;
+use crate::sys;
 use crate::walk;
 
 /// The alignment of `calloc`'s and `realloc`'s blocks, and the least of
@@ -141,7 +142,7 @@ pub unsafe extern "C" fn posix_memalign(
     size: usize,
 ) -> c_int {
     if !align.is_power_of_two() || align % core::mem::size_of::<*mut c_void>() != 0 {
-        return libc::EINVAL;
+        return sys::EINVAL;
     }
     // Success keeps errno whatever the paths below did with it.
     let keep = os::ErrnoGuard::save();
@@ -151,7 +152,7 @@ pub unsafe extern "C" fn posix_memalign(
         // fails in the memalign that sets it); restore first, then set.
         drop(keep);
         os::set_enomem();
-        return libc::ENOMEM;
+        return sys::ENOMEM;
     }
     // SAFETY: per the contract.
     unsafe { *out_p = p.cast() };
@@ -173,7 +174,7 @@ pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
     // answers EINVAL where no such power exists.
     let Some(align) = align.checked_next_power_of_two() else {
         // SAFETY: errno is this thread's.
-        unsafe { *libc::__errno_location() = libc::EINVAL };
+        unsafe { *sys::__errno_location() = sys::EINVAL };
         return ptr::null_mut();
     };
     out(aligned(align, size))
@@ -240,10 +241,10 @@ pub extern "C" fn malloc_stats() {
 /// glibc's mallinfo2 from slubmalloc's counters (`glibc_info::MallInfo`
 /// says which field means what).
 #[no_mangle]
-pub extern "C" fn mallinfo2() -> libc::mallinfo2 {
+pub extern "C" fn mallinfo2() -> sys::mallinfo2 {
     let m = glibc_info::mallinfo();
     let z = |v: u64| v as usize;
-    libc::mallinfo2 {
+    sys::mallinfo2 {
         arena: z(m.arena),
         ordblks: z(m.ordblks),
         smblks: z(m.smblks),
@@ -260,10 +261,10 @@ pub extern "C" fn mallinfo2() -> libc::mallinfo2 {
 /// mallinfo2 in `int`s, each saturated at INT_MAX (glibc 2.36 truncates:
 /// 3 GiB in mmapped blocks reads as hblkhd -1073729536 there).
 #[no_mangle]
-pub extern "C" fn mallinfo() -> libc::mallinfo {
+pub extern "C" fn mallinfo() -> sys::mallinfo {
     let m = glibc_info::mallinfo();
     let i = |v: u64| v.min(c_int::MAX as u64) as c_int;
-    libc::mallinfo {
+    sys::mallinfo {
         arena: i(m.arena),
         ordblks: i(m.ordblks),
         smblks: i(m.smblks),
@@ -279,12 +280,12 @@ pub extern "C" fn mallinfo() -> libc::mallinfo {
 
 /// The program's `FILE`, written with fwrite (its stdio may allocate: no
 /// allocator lock is held while it runs).
-struct FileWriter(*mut libc::FILE);
+struct FileWriter(*mut sys::FILE);
 
 impl core::fmt::Write for FileWriter {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
         // SAFETY: `malloc_info`'s caller passes a FILE open for writing.
-        let n = unsafe { libc::fwrite(s.as_ptr().cast(), 1, s.len(), self.0) };
+        let n = unsafe { sys::fwrite(s.as_ptr().cast(), 1, s.len(), self.0) };
         if n == s.len() {
             Ok(())
         } else {
@@ -300,9 +301,9 @@ impl core::fmt::Write for FileWriter {
 /// # Safety
 /// `fp` is a FILE open for writing.
 #[no_mangle]
-pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
+pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut sys::FILE) -> c_int {
     if options != 0 {
-        return libc::EINVAL;
+        return sys::EINVAL;
     }
     let _ = glibc_info::write_malloc_info(&mut FileWriter(fp));
     0

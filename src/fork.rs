@@ -53,6 +53,7 @@ use crate::prof::table;
 use crate::purge;
 use crate::segment;
 use crate::sync::{AtomicU32, Ordering};
+use crate::sys;
 use crate::tls;
 
 /// Whether the process had other threads when it last entered fork.
@@ -62,7 +63,7 @@ static PARENT_THREADED: AtomicU32 = AtomicU32::new(0);
 pub fn install() {
     // SAFETY: plain functions that never unwind; they wait for no lock that
     // another thread can hold (the child's repairs run alone).
-    unsafe { libc::pthread_atfork(Some(prepare), None, Some(child)) };
+    unsafe { sys::pthread_atfork(Some(prepare), None, Some(child)) };
 }
 
 /// Whether the process may have threads besides the caller.

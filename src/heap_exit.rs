@@ -7,10 +7,10 @@
 use crate::heap::{change_registry, Heap, DEAD};
 use crate::release::flush;
 use crate::sync::store_order_fence;
-use crate::{background, purge, sheaf, sheaf_budget, tls};
+use crate::{background, purge, sheaf, sheaf_budget, sys, tls};
 
 /// The pthread key destructor: this thread is exiting.
-pub extern "C" fn thread_exit(arg: *mut libc::c_void) {
+pub extern "C" fn thread_exit(arg: *mut sys::c_void) {
     let heap = arg as *mut Heap;
     // SAFETY: `arg` is the heap this thread registered, still live.
     let h = unsafe { &*heap };

@@ -10,11 +10,12 @@ use crate::heap::{change_registry, orphan_heap, Heap, DEAD, EMPTY, ORPHAN_LOCK, 
 use crate::heap_exit::thread_exit;
 use crate::prof::sample;
 use crate::sync::Once;
+use crate::sys;
 use crate::tls::current;
 use crate::{fork, freelist, options, os, purge, report, tls};
 
 static INIT: Once = Once::new();
-static mut KEY: libc::pthread_key_t = 0;
+static mut KEY: sys::pthread_key_t = 0;
 
 /// Once per process: the free-list secret, options, the thread-exit key;
 /// then, by the thread that did that, the fork handlers and the statistics
@@ -28,7 +29,7 @@ fn init_process() {
         options::get();
         // SAFETY: KEY is written only here, before INIT is done (a forked
         // child that runs this again makes its own key).
-        unsafe { libc::pthread_key_create(&raw mut KEY, Some(thread_exit)) };
+        unsafe { sys::pthread_key_create(&raw mut KEY, Some(thread_exit)) };
     });
     if first {
         fork::install();
@@ -71,7 +72,7 @@ pub fn create_heap() -> *mut Heap {
     // SAFETY: `mem` is the heap just made ours.
     sample::thread_start(unsafe { &*mem });
     // SAFETY: KEY was created by init_process.
-    unsafe { libc::pthread_setspecific(KEY, mem as *const libc::c_void) };
+    unsafe { sys::pthread_setspecific(KEY, mem as *const sys::c_void) };
     tls::set(mem);
     mem
 }

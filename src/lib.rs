@@ -143,6 +143,7 @@ mod size_class;
 mod slab;
 mod stats;
 mod sync;
+mod sys;
 mod tls;
 mod walk;
 

@@ -15,6 +15,7 @@ use core::ffi::{c_char, CStr};
 use crate::fmt;
 use crate::os;
 use crate::sync::{Once, OwnLines};
+use crate::sys;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum StatsMode {
@@ -240,7 +241,7 @@ fn parse_environ() -> Options {
 /// allocation, valid before main.
 fn secure_execution() -> bool {
     // SAFETY: getauxval has no preconditions.
-    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+    unsafe { sys::getauxval(sys::AT_SECURE) != 0 }
 }
 
 fn apply(o: &mut Options, name: &[u8], value: &[u8]) {
@@ -311,11 +312,11 @@ fn parse_prof_rate(v: &[u8], out: &mut u64) -> bool {
 fn parse_signal(v: &[u8], out: &mut i32) -> bool {
     let v = v.strip_prefix(b"SIG").unwrap_or(v);
     let sig = match v {
-        b"USR1" => libc::SIGUSR1,
-        b"USR2" => libc::SIGUSR2,
-        b"HUP" => libc::SIGHUP,
-        b"WINCH" => libc::SIGWINCH,
-        b"PWR" => libc::SIGPWR,
+        b"USR1" => sys::SIGUSR1,
+        b"USR2" => sys::SIGUSR2,
+        b"HUP" => sys::SIGHUP,
+        b"WINCH" => sys::SIGWINCH,
+        b"PWR" => sys::SIGPWR,
         _ => match decimal(v) {
             Some(n) if (1..=64).contains(&n) => n as i32,
             _ => return false,

@@ -14,6 +14,7 @@ use core::ptr;
 // depends on, so the model check need not swap them, and `sync` (whose
 // lock and invariants call `fatal` and `ErrnoGuard`) stays above `os`.
 use crate::fmt;
+use crate::sys;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Mappings made, ranges purged (MADV_DONTNEED), and bytes given back by
@@ -32,7 +33,7 @@ impl ErrnoGuard {
     #[inline]
     pub fn save() -> Self {
         // SAFETY: __errno_location returns this thread's errno slot, always valid.
-        ErrnoGuard(unsafe { *libc::__errno_location() })
+        ErrnoGuard(unsafe { *sys::__errno_location() })
     }
 }
 
@@ -40,7 +41,7 @@ impl Drop for ErrnoGuard {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: as in `save`.
-        unsafe { *libc::__errno_location() = self.0 };
+        unsafe { *sys::__errno_location() = self.0 };
     }
 }
 
@@ -48,23 +49,23 @@ impl Drop for ErrnoGuard {
 #[inline]
 pub fn set_enomem() {
     // SAFETY: as in `ErrnoGuard::save`.
-    unsafe { *libc::__errno_location() = libc::ENOMEM };
+    unsafe { *sys::__errno_location() = sys::ENOMEM };
 }
 
 /// Maps `bytes` of fresh zeroed memory, or returns null with errno ENOMEM.
 pub fn map(bytes: usize) -> *mut u8 {
     // SAFETY: an anonymous private mapping has no preconditions.
     let p = unsafe {
-        libc::mmap(
+        sys::mmap(
             ptr::null_mut(),
             bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            sys::PROT_READ | sys::PROT_WRITE,
+            sys::MAP_PRIVATE | sys::MAP_ANONYMOUS,
             -1,
             0,
         )
     };
-    if p == libc::MAP_FAILED {
+    if p == sys::MAP_FAILED {
         set_enomem();
         return ptr::null_mut();
     }
@@ -103,7 +104,7 @@ pub fn map_aligned(bytes: usize, align: usize) -> *mut u8 {
 pub fn unmap(p: *mut u8, bytes: usize) {
     let _keep = ErrnoGuard::save();
     // SAFETY: callers pass a range they mapped and no longer use.
-    unsafe { libc::munmap(p.cast(), bytes) };
+    unsafe { sys::munmap(p.cast(), bytes) };
 }
 
 /// How `purge` gives pages back: MADV_DONTNEED, which frees them at once
@@ -114,16 +115,16 @@ pub fn unmap(p: *mut u8, bytes: usize) {
 /// a page touched again comes back without a fault. Measured on the memory
 /// shapes of `benches/c` (bench/report/HISTORY.md).
 #[cfg(not(slubmalloc_bench_madv_free))]
-const PURGE_ADVICE: libc::c_int = libc::MADV_DONTNEED;
+const PURGE_ADVICE: sys::c_int = sys::MADV_DONTNEED;
 #[cfg(slubmalloc_bench_madv_free)]
-const PURGE_ADVICE: libc::c_int = libc::MADV_FREE;
+const PURGE_ADVICE: sys::c_int = sys::MADV_FREE;
 
 /// Drops the physical pages behind a range; it reads as zeros afterwards
 /// (with MADV_FREE: zeros or the old contents).
 pub fn purge(p: *mut u8, bytes: usize) {
     let _keep = ErrnoGuard::save();
     // SAFETY: callers pass a range inside one of their mappings holding no live data.
-    unsafe { libc::madvise(p.cast(), bytes, PURGE_ADVICE) };
+    unsafe { sys::madvise(p.cast(), bytes, PURGE_ADVICE) };
     PURGES.fetch_add(1, Ordering::Relaxed);
     // Relaxed: statistics counters; nothing is published with them.
     PURGED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -132,8 +133,8 @@ pub fn purge(p: *mut u8, bytes: usize) {
 /// Grows or shrinks a mapping, possibly moving it; null with ENOMEM on failure.
 pub fn remap(p: *mut u8, old_bytes: usize, new_bytes: usize) -> *mut u8 {
     // SAFETY: `p..p+old_bytes` is a whole mapping owned by the caller.
-    let q = unsafe { libc::mremap(p.cast(), old_bytes, new_bytes, libc::MREMAP_MAYMOVE) };
-    if q == libc::MAP_FAILED {
+    let q = unsafe { sys::mremap(p.cast(), old_bytes, new_bytes, sys::MREMAP_MAYMOVE) };
+    if q == sys::MAP_FAILED {
         set_enomem();
         return ptr::null_mut();
     }
@@ -148,13 +149,13 @@ pub fn remap(p: *mut u8, old_bytes: usize, new_bytes: usize) -> *mut u8 {
 pub fn protect(p: *mut u8, bytes: usize, accessible: bool) -> bool {
     let _keep = ErrnoGuard::save();
     let prot = if accessible {
-        libc::PROT_READ | libc::PROT_WRITE
+        sys::PROT_READ | sys::PROT_WRITE
     } else {
-        libc::PROT_NONE
+        sys::PROT_NONE
     };
     // SAFETY: the caller owns the range and holds no references into it
     // while it is inaccessible.
-    unsafe { libc::mprotect(p.cast(), bytes, prot) == 0 }
+    unsafe { sys::mprotect(p.cast(), bytes, prot) == 0 }
 }
 
 /// Moves the mapping `p..p + bytes` to `to` (MREMAP_FIXED: what was mapped
@@ -164,15 +165,15 @@ pub fn remap_to(p: *mut u8, bytes: usize, to: *mut u8) -> bool {
     let _keep = ErrnoGuard::save();
     // SAFETY: the caller owns both ranges; neither holds live data of others.
     let q = unsafe {
-        libc::mremap(
+        sys::mremap(
             p.cast(),
             bytes,
             bytes,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            to.cast::<libc::c_void>(),
+            sys::MREMAP_MAYMOVE | sys::MREMAP_FIXED,
+            to.cast::<sys::c_void>(),
         )
     };
-    q != libc::MAP_FAILED
+    q != sys::MAP_FAILED
 }
 
 /// The length of the part of `p..p + bytes` that lies in the kernel mapping
@@ -188,9 +189,9 @@ pub fn first_mapping_len(p: *mut u8, bytes: usize) -> usize {
     let within = |len: usize| {
         // SAFETY: a grow in place of a prefix we own, which cannot succeed
         // (see above): nothing changes.
-        let q = unsafe { libc::mremap(p.cast(), len, len + PAGE_BYTES, 0) };
+        let q = unsafe { sys::mremap(p.cast(), len, len + PAGE_BYTES, 0) };
         // SAFETY: as in `ErrnoGuard::save`.
-        q == libc::MAP_FAILED && unsafe { *libc::__errno_location() } != libc::EFAULT
+        q == sys::MAP_FAILED && unsafe { *sys::__errno_location() } != sys::EFAULT
     };
     // `lo` lies in the first mapping (its first page does); `hi` does not.
     let (mut lo, mut hi) = (PAGE_BYTES, bytes);
@@ -208,12 +209,12 @@ pub fn first_mapping_len(p: *mut u8, bytes: usize) -> usize {
 /// Monotonic clock in nanoseconds, the coarse one (vDSO, no syscall, no
 /// rdtsc; a few milliseconds of resolution is plenty for purge deadlines).
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
+    let mut ts = sys::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid out-parameter.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    unsafe { sys::clock_gettime(sys::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -223,20 +224,12 @@ pub fn random_u64() -> u64 {
     let _keep = ErrnoGuard::save();
     let mut v = 0u64;
     // SAFETY: writes at most 8 bytes into `v`.
-    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    let n = unsafe { sys::getrandom((&mut v as *mut u64).cast(), 8, sys::GRND_NONBLOCK) };
     if n != 8 {
         v = now_ns() ^ ((&v as *const u64 as u64).rotate_left(29)) ^ 0x9e37_79b9_7f4a_7c15;
     }
     v | 1
 }
-
-extern "C" {
-    // Not in the libc crate for linux-gnu. Not a cancellation point itself.
-    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
-}
-
-/// glibc's `PTHREAD_CANCEL_DISABLE` (pthread.h: ENABLE is 0, DISABLE 1).
-const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
 
 /// Turns thread cancellation off until dropped, then puts the previous state
 /// back (a pending cancellation then acts at the caller's next cancellation
@@ -246,7 +239,7 @@ const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
 /// inside `fatal` instead of stopping the process. Setting the state is an
 /// atomic update of the thread's descriptor in glibc: no lock, no allocation,
 /// so it is also used from the report signal handler.
-pub struct NoCancel(libc::c_int);
+pub struct NoCancel(sys::c_int);
 
 impl NoCancel {
     #[inline]
@@ -254,7 +247,7 @@ impl NoCancel {
         let mut old = 0;
         // SAFETY: `old` is a valid out-pointer; the call has no other
         // preconditions and returns an error code, leaving errno alone.
-        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        unsafe { sys::pthread_setcancelstate(sys::PTHREAD_CANCEL_DISABLE, &mut old) };
         NoCancel(old)
     }
 }
@@ -264,7 +257,7 @@ impl Drop for NoCancel {
     fn drop(&mut self) {
         let mut old = 0;
         // SAFETY: as in `new`; `self.0` is a state glibc gave us.
-        unsafe { pthread_setcancelstate(self.0, &mut old) };
+        unsafe { sys::pthread_setcancelstate(self.0, &mut old) };
     }
 }
 
@@ -275,10 +268,10 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) {
     let _whole = NoCancel::new();
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid readable slice.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        let n = unsafe { sys::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n < 0 {
             // SAFETY: as in `ErrnoGuard::save`.
-            if unsafe { *libc::__errno_location() } == libc::EINTR {
+            if unsafe { *sys::__errno_location() } == sys::EINTR {
                 continue;
             }
             return;
@@ -304,24 +297,24 @@ pub enum Existing {
 pub fn open_named_file(path: &core::ffi::CStr, existing: Existing, mode: u32) -> i32 {
     let _keep = ErrnoGuard::save();
     let append = match existing {
-        Existing::Append => libc::O_APPEND,
+        Existing::Append => sys::O_APPEND,
         Existing::Replace => 0,
     };
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW | append;
+    let flags = sys::O_WRONLY | sys::O_CREAT | sys::O_CLOEXEC | sys::O_NOFOLLOW | append;
     // SAFETY: `path` is NUL-terminated.
-    let fd = unsafe { libc::open(path.as_ptr(), flags, mode) };
+    let fd = unsafe { sys::open(path.as_ptr(), flags, mode) };
     if fd < 0 {
         return fd;
     }
     // SAFETY: a zeroed stat is a valid out-parameter; `fd` is ours;
     // geteuid has no preconditions.
     let ours = unsafe {
-        let mut st: libc::stat = core::mem::zeroed();
-        libc::fstat(fd, &mut st) == 0 && st.st_uid == libc::geteuid()
+        let mut st: sys::stat = core::mem::zeroed();
+        sys::fstat(fd, &mut st) == 0 && st.st_uid == sys::geteuid()
     };
     if !ours {
         // SAFETY: `fd` is ours.
-        unsafe { libc::close(fd) };
+        unsafe { sys::close(fd) };
         return -1;
     }
     if existing == Existing::Replace {
@@ -329,7 +322,7 @@ pub fn open_named_file(path: &core::ffi::CStr, existing: Existing, mode: u32) ->
         // empty anyone's). Fails only where there is nothing to empty (a
         // device, a pipe).
         // SAFETY: `fd` is ours.
-        unsafe { libc::ftruncate(fd, 0) };
+        unsafe { sys::ftruncate(fd, 0) };
     }
     fd
 }
@@ -361,33 +354,28 @@ pub fn fatal_with(what: &str, addr: usize, numbers: &[(&str, u64)]) -> ! {
     buf.push_str(")\n");
     write_all(2, buf.as_bytes());
     // SAFETY: abort has no preconditions and does not return.
-    unsafe { libc::abort() }
+    unsafe { sys::abort() }
 }
 
 /// The process id, for `%p` in file names.
 pub fn pid() -> u32 {
     // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() as u32 }
+    unsafe { sys::getpid() as u32 }
 }
 
 /// Resident bytes of the process from /proc/self/statm, read without allocating.
 pub fn resident_bytes() -> u64 {
     let _keep = ErrnoGuard::save();
     // SAFETY: a NUL-terminated literal path; the fd is closed below.
-    let fd = unsafe {
-        libc::open(
-            c"/proc/self/statm".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
+    let fd = unsafe { sys::open(c"/proc/self/statm".as_ptr(), sys::O_RDONLY | sys::O_CLOEXEC) };
     if fd < 0 {
         return 0;
     }
     let mut buf = [0u8; 128];
     // SAFETY: reads at most buf.len() bytes into `buf`.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let n = unsafe { sys::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
     // SAFETY: `fd` is ours.
-    unsafe { libc::close(fd) };
+    unsafe { sys::close(fd) };
     if n <= 0 {
         return 0;
     }

@@ -7,7 +7,7 @@
 
 use core::fmt::Write;
 
-use crate::{fmt, os};
+use crate::{fmt, os, sys};
 
 /// The allocator does not panic on any input: a panic is a bug in it. It
 /// stops the process with the panic's message and place, written without
@@ -18,7 +18,7 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     let _ = writeln!(buf, "slubmalloc: internal error: {info}");
     os::write_all(2, buf.as_bytes());
     // SAFETY: abort has no preconditions and does not return.
-    unsafe { libc::abort() }
+    unsafe { sys::abort() }
 }
 
 // The personality routine that the unwind tables of core's prebuilt code

@@ -14,6 +14,7 @@ use crate::os::FdWriter;
 use crate::prof::write;
 use crate::stats;
 use crate::sync::{AtomicI32, Ordering};
+use crate::sys;
 
 /// A private copy of stderr taken at start-up, so the exit report still
 /// reaches it in programs that close fd 2 before exiting (coreutils do).
@@ -25,7 +26,7 @@ pub fn install() {
     let o = options::get();
     if (o.stats != StatsMode::Off || o.stats_signal != 0) && o.stats_file.is_empty() {
         // SAFETY: F_DUPFD_CLOEXEC on fd 2 has no memory-safety preconditions.
-        let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 100) };
+        let fd = unsafe { sys::fcntl(2, sys::F_DUPFD_CLOEXEC, 100) };
         if fd >= 0 {
             STDERR_COPY.store(fd, Ordering::Relaxed);
         }
@@ -36,15 +37,15 @@ pub fn install() {
     }
     // SAFETY: a zeroed sigaction is valid; we set the handler and flags.
     unsafe {
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(sig, &sa, core::ptr::null_mut());
+        let mut sa: sys::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(sys::c_int) as usize;
+        sa.sa_flags = sys::SA_RESTART;
+        sys::sigemptyset(&mut sa.sa_mask);
+        sys::sigaction(sig, &sa, core::ptr::null_mut());
     }
 }
 
-extern "C" fn on_signal(_sig: libc::c_int) {
+extern "C" fn on_signal(_sig: sys::c_int) {
     let _keep = crate::os::ErrnoGuard::save();
     write_report(options::get().stats, STDERR_COPY.load(Ordering::Relaxed));
     write::on_signal();
@@ -88,7 +89,7 @@ pub fn write_report(mode: StatsMode, stderr_fd: i32) {
     }
     if fd != stderr_fd {
         // SAFETY: we opened `fd` above.
-        unsafe { libc::close(fd) };
+        unsafe { sys::close(fd) };
     }
 }
 

@@ -56,22 +56,57 @@ const EMPTY_SEGMENTS_KEPT: usize = 1;
 const DIRTY_SLABS_UNPURGED: usize = 16;
 
 const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
-/// One byte per possible segment (nonzero: ours). 32 MiB of zero pages, only
-/// the few touched ever become resident; a byte rather than a bit makes the
-/// test in `contains` a single compare.
-static MAP: SegmentMap = SegmentMap(UnsafeCell::new([0; MAP_ENTRIES]));
+// The segment map: one byte per possible segment (nonzero: ours), 32 MiB of
+// zero pages of which only those touched become resident; a byte makes the
+// test in `contains` one compare. Zeroed `.bss` declared in assembly, not a
+// Rust static, whose initialiser the compiler would evaluate and copy into
+// the object in every clean build of a crate that uses slubmalloc (a large
+// part of its time on this crate). Hidden, as `tls`'s heap slot.
+core::arch::global_asm!(
+    ".pushsection .bss",
+    ".balign 4096",
+    ".globl slubmalloc_segment_map",
+    ".hidden slubmalloc_segment_map",
+    "slubmalloc_segment_map:",
+    ".zero {bytes}",
+    ".popsection",
+    bytes = const MAP_ENTRIES,
+);
+
+#[cfg(not(target_arch = "x86_64"))]
+extern "C" {
+    static slubmalloc_segment_map: SegmentMap;
+}
 
 /// The segment map's bytes, read and written only as `AtomicU8`s (`entry`).
-/// Declared as one cell of plain bytes, not as `[AtomicU8; MAP_ENTRIES]`:
-/// the compiler evaluates a static's initialiser, and 32 Mi `AtomicU8`s,
-/// each a struct with a cell inside, took most of the time it spent on this
-/// crate (`-Z time-passes`: type_check_crate), in every clean build of
-/// every crate that uses slubmalloc; a byte array is evaluated at once.
 #[repr(transparent)]
 struct SegmentMap(UnsafeCell<[u8; MAP_ENTRIES]>);
 
-// SAFETY: the bytes are only ever accessed atomically, through `entry`.
-unsafe impl Sync for SegmentMap {}
+/// The segment map. On x86-64 its address is a `lea` written in assembly: the
+/// compiler reaches a symbol it only declares (as it does a static of another
+/// codegen unit) through the GOT, a load more before the byte on every `free`.
+#[inline(always)]
+fn map() -> &'static SegmentMap {
+    #[cfg(target_arch = "x86_64")]
+    let p: *const SegmentMap = {
+        let p;
+        // SAFETY: computes the address of the map declared above; no memory.
+        unsafe {
+            core::arch::asm!(
+                "lea {p}, [rip + slubmalloc_segment_map]",
+                p = out(reg) p,
+                options(pure, nomem, nostack, preserves_flags),
+            )
+        };
+        p
+    };
+    // The symbol's address, without reading it.
+    #[cfg(not(target_arch = "x86_64"))]
+    let p: *const SegmentMap = core::ptr::addr_of!(slubmalloc_segment_map);
+    // SAFETY: the assembly above defines MAP_ENTRIES zeroed bytes for the
+    // process's life, only ever accessed atomically (`entry`).
+    unsafe { &*p }
+}
 
 impl SegmentMap {
     /// The entry of segment `region`; `region < MAP_ENTRIES`.
@@ -79,7 +114,7 @@ impl SegmentMap {
     fn entry(&self, region: usize) -> &AtomicU8 {
         invariant!(region < MAP_ENTRIES);
         // SAFETY: `region` is in bounds (both callers check), the byte lives as long as the
-        // static, `AtomicU8` has the size and alignment of `u8`, and no
+        // process, `AtomicU8` has the size and alignment of `u8`, and no
         // access to the map's bytes is anything but atomic.
         unsafe { AtomicU8::from_ptr(self.0.get().cast::<u8>().add(region)) }
     }
@@ -233,7 +268,7 @@ pub fn slab_of(p: *mut u8) -> *mut Slab {
 #[inline(always)]
 pub fn contains(p: *mut u8) -> bool {
     let region = segment_index(p as usize);
-    region < MAP_ENTRIES && MAP.entry(region).load(Ordering::Relaxed) != 0
+    region < MAP_ENTRIES && map().entry(region).load(Ordering::Relaxed) != 0
 }
 
 /// `p >> SEGMENT_SHIFT`. On x86-64 the shift is written in asm: LLVM would
@@ -267,7 +302,7 @@ fn set_mapped(seg: usize, on: bool) {
             seg,
         );
     }
-    MAP.entry(region).store(on as u8, Ordering::Relaxed);
+    map().entry(region).store(on as u8, Ordering::Relaxed);
 }
 
 /// A free slab for a new use, or null with errno ENOMEM. O(1): the head of

@@ -83,6 +83,9 @@ pub(crate) use invariant;
 use core::cell::UnsafeCell;
 
 use crate::os;
+// The futex and the yield; the model check (`--cfg loom`) has neither.
+#[cfg(not(loom))]
+use crate::sys;
 
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
@@ -161,7 +164,7 @@ impl Lock {
         while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
             futex(
                 &self.state,
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                sys::FUTEX_WAIT | sys::FUTEX_PRIVATE_FLAG,
                 CONTENDED,
             );
         }
@@ -172,7 +175,7 @@ impl Lock {
         // Release: publishes the critical section; pairs with `lock`'s Acquire.
         if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
             #[cfg(not(loom))]
-            futex(&self.state, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
+            futex(&self.state, sys::FUTEX_WAKE | sys::FUTEX_PRIVATE_FLAG, 1);
         }
     }
 
@@ -268,8 +271,8 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
     let _keep = os::ErrnoGuard::save();
     // SAFETY: `word` is a live, aligned u32; FUTEX_WAIT/WAKE read it only.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
+        sys::syscall(
+            sys::SYS_futex,
             word.as_ptr(),
             op,
             val,
@@ -285,19 +288,19 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
 #[cfg(not(loom))]
 pub fn wait_on(word: &AtomicU32, expected: u32, timeout_ns: u64) {
     let _keep = os::ErrnoGuard::save();
-    let ts = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    let ts = sys::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000).min(i64::MAX as u64) as sys::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as sys::c_long,
     };
     // SAFETY: `word` is a live, aligned u32 and `ts` a valid relative
     // timeout; FUTEX_WAIT only reads them.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
+        sys::syscall(
+            sys::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            sys::FUTEX_WAIT | sys::FUTEX_PRIVATE_FLAG,
             expected,
-            &ts as *const libc::timespec,
+            &ts as *const sys::timespec,
             0,
             0,
         );
@@ -309,7 +312,7 @@ pub fn wait_on(word: &AtomicU32, expected: u32, timeout_ns: u64) {
 pub fn wake(word: &AtomicU32) {
     futex(
         word,
-        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+        sys::FUTEX_WAKE | sys::FUTEX_PRIVATE_FLAG,
         i32::MAX as u32,
     );
 }
@@ -354,7 +357,7 @@ impl Backoff {
             }
         } else {
             // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            unsafe { sys::sched_yield() };
         }
         if step <= Self::STEPS {
             self.step.set(step + 1);
@@ -401,7 +404,7 @@ impl Once {
     #[cold]
     pub fn call(&self, f: impl FnOnce()) -> bool {
         // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() } as u32;
+        let me = unsafe { sys::getpid() } as u32;
         let backoff = Backoff::new();
         let mut from = 0;
         loop {

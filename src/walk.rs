@@ -18,6 +18,7 @@ use crate::size_class::NUM_CLASSES;
 use crate::slab;
 use crate::stats;
 use crate::sync::Ordering;
+use crate::sys;
 
 /// What the walk found for one size class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -130,7 +131,7 @@ pub fn check_stats() -> usize {
             return report_mismatches(&before, &w);
         }
         // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
+        unsafe { sys::sched_yield() };
     }
     report_mismatches(&stats::stats(), &walk())
 }

@@ -10,6 +10,9 @@
 
 use core::ffi::{c_int, c_void};
 
+#[cfg(any(feature = "override", slubmalloc_preload))]
+use crate::sys;
+
 /// Frames kept per stack, innermost first (gperftools keeps 32, jemalloc
 /// 128): deeper stacks keep their innermost 64.
 pub const MAX_FRAMES: usize = 64;
@@ -115,14 +118,14 @@ pub fn text_range_of(addr: usize) -> (usize, usize) {
         addr: usize,
         found: (usize, usize),
     }
-    extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, arg: *mut c_void) -> c_int {
+    extern "C" fn each(info: *mut sys::dl_phdr_info, _size: usize, arg: *mut c_void) -> c_int {
         // SAFETY: `arg` is the `Find` passed below; `info` is the loader's
         // description of one object, valid during the call.
         let (find, info) = unsafe { (&mut *(arg as *mut Find), &*info) };
         for i in 0..info.dlpi_phnum as usize {
             // SAFETY: `dlpi_phdr` has `dlpi_phnum` entries.
             let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            if ph.p_type != libc::PT_LOAD || ph.p_flags & libc::PF_X == 0 {
+            if ph.p_type != sys::PT_LOAD || ph.p_flags & sys::PF_X == 0 {
                 continue;
             }
             let lo = info.dlpi_addr as usize + ph.p_vaddr as usize;
@@ -140,6 +143,6 @@ pub fn text_range_of(addr: usize) -> (usize, usize) {
     };
     // SAFETY: `each` matches the callback type and uses `find` only during
     // the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut find as *mut Find).cast()) };
+    unsafe { sys::dl_iterate_phdr(Some(each), (&mut find as *mut Find).cast()) };
     find.found
 }

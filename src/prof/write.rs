@@ -24,6 +24,7 @@ use crate::options::{self, PATH_MAX_BYTES};
 use crate::os::Existing;
 use crate::os::FdWriter;
 use crate::prof::table::{Tables, COUNT_ONE, PROF_LOCK, TABLES};
+use crate::sys;
 
 /// How long the signal handler waits for `PROF_LOCK` before it gives up
 /// (the lock is held for one table update; it stays held only if the
@@ -61,7 +62,7 @@ fn write_to_file(wait: bool) {
     if fd >= 0 {
         write_tables(fd, t);
         // SAFETY: we opened `fd`.
-        unsafe { libc::close(fd) };
+        unsafe { sys::close(fd) };
     }
     PROF_LOCK.unlock();
 }
@@ -73,14 +74,14 @@ pub fn write_to_path(path: &CStr) -> Result<(), i32> {
     let fd = open_for_profile(path);
     if fd < 0 {
         // SAFETY: __errno_location is always valid.
-        return Err(unsafe { *libc::__errno_location() });
+        return Err(unsafe { *sys::__errno_location() });
     }
     lock(true);
     // SAFETY: PROF_LOCK is held.
     write_tables(fd, unsafe { &*TABLES.data_ptr() });
     PROF_LOCK.unlock();
     // SAFETY: we opened `fd`.
-    unsafe { libc::close(fd) };
+    unsafe { sys::close(fd) };
     Ok(())
 }
 
@@ -95,7 +96,7 @@ fn lock(wait: bool) -> bool {
             return false;
         }
         // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
+        unsafe { sys::sched_yield() };
     }
     true
 }
@@ -110,9 +111,9 @@ const PROFILE_MODE: u32 = 0o600;
 fn open_for_profile(path: &CStr) -> i32 {
     // SAFETY: `path` is NUL-terminated.
     unsafe {
-        libc::open(
+        sys::open(
             path.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            sys::O_WRONLY | sys::O_CREAT | sys::O_TRUNC | sys::O_CLOEXEC,
             PROFILE_MODE,
         )
     }
@@ -187,24 +188,19 @@ fn write_tables(fd: i32, t: &Tables) {
 /// Appends /proc/self/maps to `fd`.
 fn copy_maps(fd: i32) {
     // SAFETY: a NUL-terminated literal path; the fd is closed below.
-    let maps = unsafe {
-        libc::open(
-            c"/proc/self/maps".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
+    let maps = unsafe { sys::open(c"/proc/self/maps".as_ptr(), sys::O_RDONLY | sys::O_CLOEXEC) };
     if maps < 0 {
         return;
     }
     let mut buf = [0u8; 4096];
     loop {
         // SAFETY: reads at most buf.len() bytes into `buf`.
-        let n = unsafe { libc::read(maps, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = unsafe { sys::read(maps, buf.as_mut_ptr().cast(), buf.len()) };
         if n <= 0 {
             break;
         }
         crate::os::write_all(fd, &buf[..n as usize]);
     }
     // SAFETY: `maps` is ours.
-    unsafe { libc::close(maps) };
+    unsafe { sys::close(maps) };
 }
