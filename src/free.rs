@@ -119,12 +119,11 @@ impl Freer for ClassFreer<'_> {
 
 /// Frees in a row by one thread into one node-listed slab after which the
 /// thread takes the slab. A program that frees its blocks in the order it
-/// allocated them frees a slab's blocks one after another: big_heap's free
-/// phase took the node lock for each of 19 million frees at 4 GiB, and two
-/// in a row sufficed for it. But threads that free blocks at random meet
-/// two in a row into one slab by chance and took slabs they did not need:
-/// 32 threads swapping blocks through a shared table (`shared_table`)
-/// peaked at 51.6 MiB with 2, 32.5 without adoption.
+/// allocated them frees a slab's blocks one after another (big_heap's free
+/// phase took the node lock for every free without adoption), and two in a
+/// row would suffice for it. But threads that free blocks at random meet
+/// two in a row into one slab by chance, and took slabs they did not need
+/// (`shared_table`'s peak grew by half with two: bench/report/HISTORY.md).
 const ADOPT_AFTER_FREES: usize = 8;
 /// The low bits of `ClassHeap::last_listed_free` that count the run.
 const RUN_MASK: usize = 127;

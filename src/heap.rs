@@ -77,7 +77,7 @@ pub struct ClassHeap {
     /// The node-listed slab this thread freed into last (compared, never
     /// followed), with the number of frees in a row into it in the low bits
     /// (descriptors are 128 bytes apart): the `ADOPT_AFTER_FREES`th adopts
-    /// it (`free::free_unowned`).
+    /// it (`free::ClassFreer::adopts_listed`, `node::Node::free_unowned`).
     pub last_listed_free: Cell<usize>,
     /// The class's `misses` at its sheaf's last overflow: an overflow that
     /// finds them changed follows a miss (`sheaf_budget`).

@@ -173,8 +173,10 @@ pub fn fill_from_barn(heap: &Heap, class: usize) -> u32 {
         return 0;
     }
     let n = barn::BARNS[class].take(&c.sheaf[1..=cap as usize]);
-    c.sheaf_len.set(n);
-    c.ev.add(Ev::SheafFromBarn, n as u64);
+    if n != 0 {
+        c.sheaf_len.set(n);
+        c.ev.add(Ev::SheafFromBarn, n as u64);
+    }
     n
 }
 
@@ -241,9 +243,10 @@ fn flush_blocks(heap: &Heap, blocks: &[Cell<*mut u8>]) {
 }
 
 /// Frees `run`, checked blocks of one slab out of a sheaf, linked first to
-/// last already, into their slab: by its owner (`free_owned_unchecked`),
+/// last already, into their slab: by its owner (`free::free_owned_run`),
 /// else pushed onto its remote list in one CAS, or (a FULL or LISTED slab)
-/// each through `free_unowned`. Counted as the slab-level frees they are.
+/// each through the unowned free (`free::free_unowned_run`). Counted as the
+/// slab-level frees they are.
 fn flush_run(heap: &Heap, run: &[Cell<*mut u8>]) {
     let (head, tail) = (run[0].get(), run[run.len() - 1].get());
     // SAFETY: `head` is a block of one of our segments (a sheaf took it).
@@ -255,6 +258,7 @@ fn flush_run(heap: &Heap, run: &[Cell<*mut u8>]) {
     }
     free_unowned_run(heap, slab, run);
 }
+
 /// Flushes the whole sheaf of `c`, a class heap of `heap`.
 pub fn flush_class(heap: &Heap, c: &ClassHeap) {
     flush_oldest(heap, c, c.sheaf_len.get());

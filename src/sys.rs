@@ -1,26 +1,38 @@
 //! The C library's functions, types and constants that the allocator calls.
-//! On x86-64 they are declared here, with glibc's ABI, rather than taken from
+//! On x86-64 Linux (not x32) they are declared here, with glibc's ABI, rather than taken from
 //! the libc crate: a crate that depends on slubmalloc would otherwise build
 //! libc's build script and all of its declarations before it could start on
 //! the allocator, which is on the path of every clean build of the program.
-//! The names are libc's, and the unit test below checks each value, each
-//! size and each field's offset against the libc crate's (a
-//! dev-dependency). On other architectures, where no test checks
-//! declarations of ours, they are the libc crate's, a dependency there
-//! alone (`Cargo.toml`).
+//! The names are libc's, and the unit test below checks each constant, the
+//! size of each type and the offset of each field the allocator touches
+//! against the libc crate's (a dev-dependency; the `override` feature's
+//! with `--features override`, as `ci/test.sh` runs it); not the functions'
+//! signatures, nor `dl_phdr_info`'s size (ours stops at the fields every
+//! glibc has). `PTHREAD_CANCEL_DISABLE` and `pthread_setcancelstate` are
+//! ours everywhere: the libc crate has neither for linux-gnu. On other
+//! targets, where no test checks declarations of ours, they are the libc
+//! crate's, a dependency there alone (`Cargo.toml`).
 //!
 //! No `#[link]`: a Rust program links the C library through std, and the
 //! preload library finds these symbols in the process it is loaded into.
 
 #![allow(non_camel_case_types, non_upper_case_globals)]
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+)))]
 pub use libc::*;
 
 /// pthread.h: ENABLE is 0, DISABLE 1 (not in the libc crate for linux-gnu).
 pub const PTHREAD_CANCEL_DISABLE: core::ffi::c_int = 1;
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+)))]
 extern "C" {
     /// Not a cancellation point itself (not in the libc crate for
     /// linux-gnu).
@@ -30,11 +42,19 @@ extern "C" {
     ) -> core::ffi::c_int;
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+))]
 pub use declared::*;
 
-/// The declarations of x86-64 Linux.
-#[cfg(target_arch = "x86_64")]
+/// The declarations of x86-64 Linux (64-bit pointers: not x32).
+#[cfg(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+))]
 mod declared {
     pub use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
@@ -382,7 +402,8 @@ mod declared {
                 timespec,
                 stat,
                 sigset_t,
-                sigaction
+                sigaction,
+                pthread_attr_t
             );
             same_offset!(timespec: tv_sec, tv_nsec);
             same_offset!(stat: st_uid);
