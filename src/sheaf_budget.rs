@@ -21,8 +21,8 @@
 //! - A thread's exit, and `thread_idle`, give back all of it.
 //!
 //! All of it runs on the slow paths (`fastpath::free_no_room`, the
-//! allocation slow path's fill from the barn), at warm-up, idle and exit: the fast paths
-//! only compare a sheaf's length with its capacity.
+//! allocation slow path's fill from the barn), at warm-up, idle and exit:
+//! the fast paths only compare a sheaf's length with its capacity.
 
 use crate::counters::{global, Ev};
 use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
