@@ -62,6 +62,12 @@ DESCRIPTIONS = {
     "through a ring of 1,024 that publishes its indices once per 8 blocks: the cross-CPU free, persistently",
     "shared_table": "32 threads (64 with SIZE=big) swap blocks of 8 B..4 KiB through one table of 10,000 and "
     "free what was there: 3.7 MB live, peak RSS is the point",
+    "shared_churn4": "4 threads swap 8 M blocks (7 in 8 of 8-255 B, the rest 256 B-4 KiB) through one table of "
+    "10,000 and free what was there: nearly every free remote, peak RSS against the threads is the point",
+    "shared_churn16": "shared_churn4 with 16 threads",
+    "shared_churn32": "shared_churn4 with 32 threads",
+    "shared_churn64": "shared_churn4 with 64 threads",
+    "shared_churn256": "shared_churn4 with 256 threads (SIZE=big only)",
     "random_table": "one thread replaces random blocks among 100,000 of 16 B..1 KiB (free, malloc, first line "
     "written): both blocks cold, the cache misses per replacement",
     "own_table": "one thread replaces random blocks of its own table of 1,024 (4 B..32 KiB, inverse-square "

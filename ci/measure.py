@@ -142,12 +142,25 @@ WORKLOADS = {
     "random_table": ("{bin}/random_table 100000 {n} 16 1024", (200000, 2000000, 20000000), 1),
     "own_table": ("{bin}/own_table 1 {n}", (300000, 3000000, 20000000), 1),
     "own_table2": ("{bin}/own_table 2 {n}", (150000, 1500000, 10000000), 2),
+    # Memory flat in threads: 4 to 64 threads (256 at big, in the bench's
+    # list only there) swap n blocks in all through one table of 10,000,
+    # 7 in 8 of 8-255 B and the rest 256 B-4 KiB (shared_table's `eighth`
+    # mix): nearly every free is of a block another thread allocated, and
+    # peak RSS against the threads is the point.
+    "shared_churn4": ("{bin}/shared_table 4 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
+    "shared_churn16": ("{bin}/shared_table 16 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
+    "shared_churn32": ("{bin}/shared_table 32 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
+    "shared_churn64": ("{bin}/shared_table 64 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
+    "shared_churn256": ("{bin}/shared_table 256 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
 }
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300, "st": 32}, "small": {"gen": 10, "ms": 1000, "st": 32},
             "full": {"gen": 20, "ms": 2000, "st": 32}, "big": {"gen": 20, "ms": 2000, "st": 64}}
 BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
                    "large_replace,big_heap,huge_heap,emptied_heap,huge_emptied_heap,big_blocks,many_big_blocks,startup,"
-                   "size_cycle,hello,prodcons,shared_table,random_table,own_table,own_table2")
+                   "size_cycle,hello,prodcons,shared_table,random_table,own_table,own_table2,"
+                   "shared_churn4,shared_churn16,shared_churn32,shared_churn64")
+# What `bench` adds to the default list at one size.
+BENCH_WORKLOADS_AT = {"big": ",shared_churn256"}
 PEERS = {
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
@@ -642,7 +655,7 @@ def bench(argv):
     p.add_argument("--rounds", type=int, default=int(env.get("ROUNDS", 5)))
     p.add_argument("--threads", type=int, default=int(env.get("THREADS", os.cpu_count())))
     p.add_argument("--out", default=env.get("OUT"))
-    p.add_argument("--workloads", default=env.get("WORKLOADS", BENCH_WORKLOADS))
+    p.add_argument("--workloads", default=env.get("WORKLOADS"))
     p.add_argument("--allocators", default=env.get("ALLOCATORS",
                                                     "glibc,slubmalloc,slubmalloc-nopurge,jemalloc,mimalloc,tcmalloc"))
     p.add_argument("--callgrind", type=int, choices=(0, 1), default=env.get("CALLGRIND"))
@@ -650,6 +663,8 @@ def bench(argv):
     a = p.parse_args(argv)
     if a.rounds < 1 or a.threads < 1:
         die("ROUNDS and THREADS must be >= 1")
+    if a.workloads is None:
+        a.workloads = BENCH_WORKLOADS + BENCH_WORKLOADS_AT.get(a.size, "")
     out = a.out or ("bench/report" if a.size == "full" else f"{TREE}/report-{a.size}")
     cg = a.callgrind if a.callgrind is not None else (0 if a.size == "tiny" else 1)
     timeout = a.timeout or (30 if a.size == "tiny" else 180)

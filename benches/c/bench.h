@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,10 +68,12 @@ static inline long rss_kib(void) {
     return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-/* Runs fn(i) on n threads (n at most 64), i = 0..n-1, and joins them. */
+/* Runs fn(i) on n threads (n at most 256), i = 0..n-1, and joins them. */
 #include <pthread.h>
 static inline void run_threads(int n, void *(*fn)(void *)) {
-    pthread_t th[64];
+    pthread_t th[256];
+    if (n > 256)
+        abort();
     for (int i = 0; i < n; i++)
         pthread_create(&th[i], NULL, fn, (void *)(intptr_t)i);
     for (int i = 0; i < n; i++)

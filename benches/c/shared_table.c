@@ -3,14 +3,17 @@
  * SLOTS pointers. Each operation picks a random slot, allocates a block of
  * random size, writes the whole of it, exchanges it atomically with the
  * slot's block, and frees the old one, which any thread may have
- * allocated. Sizes run from 8 B to 4 KiB: one in 16 uniform over 8 B..4 KiB,
- * the rest over 8..512 B (a mean of about 370 B: about 3.7 MB live in
- * 10,000 slots once the table is full). The live memory is small and
- * constant; what the allocator keeps on top of it, in per-thread caches and
- * partly used slabs, is the point: peak RSS (the runner reports it).
- * OPS is the total, shared out among the threads.
+ * allocated. Sizes run from 8 B to 4 KiB, in one of two mixes:
+ * - `wide` (the default): one in 16 uniform over 8 B..4 KiB, the rest over
+ *   8..512 B (a mean of about 370 B: about 3.7 MB live in 10,000 slots once
+ *   the table is full);
+ * - `eighth`: one in 8 uniform over 256 B..4 KiB, the rest over 8..255 B
+ *   (a mean of about 390 B), more of the big classes' blocks in flight.
+ * The live memory is small and constant; what the allocator keeps on top of
+ * it, in per-thread caches and partly used slabs, is the point: peak RSS
+ * (the runner reports it). OPS is the total, shared out among the threads.
  *
- *   shared_table THREADS OPS [SLOTS]
+ *   shared_table THREADS OPS [SLOTS [wide|eighth]]
  *
  * Prints the time per operation, in wall time and in CPU time of the whole
  * process, and the bytes live in the table at the end:
@@ -24,14 +27,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int threads;
+static int threads, eighth;
 static long ops_per_thread, nslots;
 /* Each block starts with its size (a size_t), checked when it is freed. */
 static _Atomic(size_t *) *slots;
 
 static size_t random_size(uint64_t *s) {
     uint64_t r = next_rand(s);
-    size_t size = r % 16 == 0 ? 8 + (r >> 8) % 4089 : 8 + (r >> 8) % 505;
+    size_t size;
+    if (eighth)
+        size = r % 8 == 0 ? 256 + (r >> 8) % 3841 : 8 + (r >> 8) % 248;
+    else
+        size = r % 16 == 0 ? 8 + (r >> 8) % 4089 : 8 + (r >> 8) % 505;
     return size & ~(size_t)7;
 }
 
@@ -58,15 +65,17 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: shared_table THREADS(1..64) OPS [SLOTS]\n");
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: shared_table THREADS(1..256) OPS [SLOTS [wide|eighth]]\n");
         return 2;
     }
     threads = atoi(argv[1]);
     long ops = atol(argv[2]);
     nslots = argc > 3 ? atol(argv[3]) : 10000;
-    if (threads < 1 || threads > 64 || ops < threads || nslots < 1) {
-        fprintf(stderr, "shared_table: THREADS 1..64, OPS >= THREADS, SLOTS >= 1\n");
+    const char *mix = argc > 4 ? argv[4] : "wide";
+    eighth = strcmp(mix, "eighth") == 0;
+    if (threads < 1 || threads > 256 || ops < threads || nslots < 1 || (!eighth && strcmp(mix, "wide") != 0)) {
+        fprintf(stderr, "shared_table: THREADS 1..256, OPS >= THREADS, SLOTS >= 1, MIX wide or eighth\n");
         return 2;
     }
     ops_per_thread = ops / threads;
