@@ -438,10 +438,10 @@ fn trim(freed_whole: u64) {
 /// `free_slab`'s work, lock held: the slab is dirty from `now`. Returns
 /// the dirty free slabs of all segments, this one counted.
 fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) -> usize {
-    let seg = segment_of(slab as usize) as *mut Segment;
-    // SAFETY: `slab` is inside a live segment; the lock is held.
-    let sg = unsafe { &mut *seg };
-    let index = (slab as usize - seg as usize) / core::mem::size_of::<Slab>();
+    // SAFETY: `slab` is a descriptor inside a live segment.
+    let index = unsafe { (*slab).index() };
+    // SAFETY: as above; the lock is held.
+    let sg = unsafe { &mut *(segment_of(slab as usize) as *mut Segment) };
     give_run(s, sg, 1 << index, now)
 }
 

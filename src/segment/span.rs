@@ -132,10 +132,10 @@ fn give_span(s: &mut Segments, head: &Slab, now: u64) -> Option<usize> {
     if head.state() != State::Span || slabs == 0 {
         return None;
     }
+    let first = head.index();
     let seg = segment_of(head as *const Slab as usize) as *mut Segment;
     // SAFETY: `head` is inside a live segment; the lock is held.
     let sg = unsafe { &mut *seg };
-    let first = (head as *const Slab as usize - seg as usize) / core::mem::size_of::<Slab>();
     for slab in &sg.slabs[first..first + slabs] {
         slab.end_span();
     }

@@ -1,5 +1,6 @@
 //! The slab protocol of slubmalloc, model-checked: the allocator's own
-//! `sync`, `size_class`, `freelist`, `list`, `slab` and `node` modules, compiled
+//! `sync`, `size_class`, `freelist`, `list`, `slab` (with `slab::remote`,
+//! which `src/slab.rs` declares by its path) and `node` modules, compiled
 //! against loom's atomics and cells (`--cfg loom`, see `ci/model.sh`) and
 //! instantiated on slabs and nodes made for each scenario instead of the
 //! process's statics. The scenarios' frees run the shipped protocol
