@@ -109,7 +109,17 @@ pub mod links {
 /// The segment: a slab that leaves its node for its segment is only marked
 /// FREE (`Slab::make_free`); the segment's bookkeeping is not modelled.
 pub mod segment {
-    pub fn free_slab(_slab: *mut crate::slab::Slab) {}
+    /// The dirty free slabs after the give-back: none.
+    pub fn free_slab(_slab: *mut crate::slab::Slab) -> usize {
+        0
+    }
+}
+
+/// The purge that a slab back in its segment may run: not modelled.
+pub mod purge {
+    pub mod pass {
+        pub fn slabs_freed(_dirty: usize) {}
+    }
 }
 
 #[cfg(test)]
