@@ -10,7 +10,7 @@
 //! waits above the segments (`give_back_before_purge`: the barns' blocks
 //! to their slabs, the node lists' empty slabs to their segments).
 //!
-//! Purging happens in seven places, and trimming in two. A purge is asked
+//! Purging happens in eight places, and trimming in two. A purge is asked
 //! for with `schedule` (a no-op while one is pending) and run once per
 //! deadline by whoever claims it first (`take_due`, `pass::claim_due`):
 //! - slabs back in their segment (`node::discard`, and
@@ -19,6 +19,8 @@
 //!   (`pass::slabs_freed`), maybe under a node lock (the node lists' empty
 //!   slabs stay);
 //! - `large::free`: a block put in the cache asks for one;
+//! - `sheaf::make_room`: a sheaf put in a barn asks for one, whose
+//!   give-back flushes the barns once the class goes quiet;
 //! - `pass::purge_all`: asks again while what it left was freed less than
 //!   a delay before;
 //! - `segment::span::take_span` (a medium block's slabs taken): runs it if
