@@ -17,6 +17,7 @@ use crate::medium;
 use crate::node;
 use crate::os;
 use crate::prof::sample;
+use crate::purge;
 use crate::release;
 use crate::segment::{self, slab_of};
 use crate::sheaf;
@@ -217,7 +218,7 @@ fn free_large(p: *mut u8) {
     sample::free_large(p);
     match large::free(p) {
         // The block is cached: past the trim bound, everything goes back.
-        Freed::Ok => segment::trim_if_over_bound(),
+        Freed::Ok => purge::pass::trim_if_over_bound(),
         Freed::DoubleFree => os::fatal("double free of a large block", p as usize),
         Freed::NotOurs => os::fatal(
             "free of an invalid pointer (not allocated by slubmalloc)",
@@ -326,7 +327,7 @@ pub fn trim() {
     thread_idle();
     debug::give_back_empty();
     node::release_empty_slabs();
-    segment::purge_now();
+    purge::pass::purge_now();
     large::purge_cache(u64::MAX);
 }
 

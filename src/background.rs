@@ -21,12 +21,11 @@
 
 use core::ptr;
 
-use crate::heap::{orphan_heap, DEAD, ORPHAN_LOCK};
-use crate::node;
+use crate::heap::DEAD;
 use crate::os;
 use crate::purge;
-use crate::segment;
-use crate::sheaf::flush_barns;
+use crate::purge::give_back::{self, CountedIn};
+use crate::purge::pass::PurgeBy;
 use crate::sys;
 use crate::tls;
 
@@ -108,14 +107,7 @@ extern "C" fn purger(_: *mut sys::c_void) -> *mut sys::c_void {
             purge::purger_wait(seq, u64::MAX);
         } else if now < at {
             purge::purger_wait(seq, at - now);
-        } else if segment::purge_if_due_after(segment::PurgeBy::Purger, || {
-            // The barns' blocks back to their slabs first, counted in the
-            // orphan heap (the purger has no heap of its own).
-            ORPHAN_LOCK.lock();
-            flush_barns(orphan_heap());
-            ORPHAN_LOCK.unlock();
-            node::release_empty_slabs();
-        }) {
+        } else if give_back::purge_if_due(CountedIn::OrphanHeap, PurgeBy::Purger) {
             purge::count_background_purge();
         }
     }

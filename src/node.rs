@@ -19,6 +19,7 @@ use crate::freelist::list_contains;
 #[cfg(not(loom))]
 use crate::freelist::list_len;
 use crate::list::List;
+use crate::purge;
 use crate::segment;
 #[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
@@ -458,9 +459,9 @@ const RELEASE_WALK: usize = 64;
 /// Gives the empty slabs the node lists keep back to their segments, for
 /// the purge that follows to give their pages back: the lists keep some
 /// while the program runs (`min_partial`), and kept them resident after
-/// the program went idle. Called when a purge is due (`segment::purge_if_due_after`,
-/// from the purger and the allocation slow path) and by `trim`, with no
-/// node lock held.
+/// the program went idle. Called when a purge is due
+/// (`purge::give_back::give_back_before_purge`, from the purger and the
+/// allocation slow path) and by `trim`, with no node lock held.
 #[cfg(not(loom))]
 pub fn release_empty_slabs() {
     for node in NODES.iter() {
@@ -487,12 +488,14 @@ impl Node {
     }
 }
 
-/// Gives an empty, unlisted slab back to its segment. Node lock held.
+/// Gives an empty, unlisted slab back to its segment, then applies the
+/// purge's rules to it (`purge::pass::slabs_freed`: a purge asked for, run
+/// if due, the trim bound's test). Node lock held.
 pub fn discard(slab: &Slab) {
     #[cfg(not(loom))] // The model has no `NODES`.
     NODES[slab.class.get() as usize].lock.assert_held();
     slab.make_free();
-    segment::free_slab(slab as *const Slab as *mut Slab);
+    purge::pass::slabs_freed(segment::free_slab(slab as *const Slab as *mut Slab));
 }
 
 #[cfg(all(test, not(loom)))]

@@ -1,9 +1,55 @@
-//! When free memory goes back to the kernel: the purge delay, the one
-//! deadline that free slabs (`segment`) and cached large blocks (`large`)
-//! wait for, the clock it is read against, the trim bound that gives them
-//! back at `free` time, and the state of the background purger, the thread
-//! that keeps that deadline while the program makes no call into the
-//! allocator (its body is `background`'s).
+//! When free memory goes back to the kernel: the policy, stated here once,
+//! and its state: the purge delay, the one deadline that free slabs
+//! (`segment`) and cached large blocks (`large`) wait for, the clock it is
+//! read against, the trim bound that gives them back at `free` time, and
+//! the state of the background purger, the thread that keeps that deadline
+//! while the program makes no call into the allocator (its body is
+//! `background`'s). The work is in two files, each at the layer it needs:
+//! `purge::pass` purges the large blocks' cache and the segments' free
+//! slabs, and trims; `purge::give_back` hands back, before a purge, what
+//! waits above the segments (`give_back_before_purge`: the barns' blocks
+//! to their slabs, the node lists' empty slabs to their segments).
+//!
+//! Purging happens in eight places, and trimming in two. A purge is asked
+//! for with `schedule` (a no-op while one is pending) and run once per
+//! deadline by whoever claims it first (`take_due`, `pass::claim_due`):
+//! - slabs back in their segment (`node::discard`, and
+//!   `segment::span::free_span`, a medium block's slabs): they ask for one
+//!   once 16 free slabs are dirty, and run it if it is due
+//!   (`pass::slabs_freed`), maybe under a node lock (the node lists' empty
+//!   slabs stay);
+//! - `large::free`: a block put in the cache asks for one;
+//! - `sheaf::make_room`: a sheaf put in a barn asks for one, whose
+//!   give-back flushes the barns once the class goes quiet;
+//! - `pass::purge_all`: asks again while what it left was freed less than
+//!   a delay before;
+//! - `segment::span::take_span` (a medium block's slabs taken): runs it if
+//!   due, as a slab back in its segment does;
+//! - `refill::refill_and_pop` (the allocation slow path, no allocator lock
+//!   held but maybe the orphan heap's): runs it if due, after
+//!   `give_back::give_back_before_purge` (`give_back::purge_if_due`);
+//! - `background`: the purger sleeps until the deadline and runs it as the
+//!   slow path does (the barns' blocks counted in the orphan heap);
+//! - `alloc::trim` (`trim()`, `malloc_trim`): everything at once
+//!   (`pass::purge_now`).
+//!
+//! A purge gives back what was freed a delay before the deadline: cached
+//! large blocks are unmapped, free slabs madvised, segments free whole
+//! unmapped beyond the few kept. A free slab inside a segment still in use
+//! waits longer: none goes back while the heap moves slabs (one was taken
+//! or given back since the last purge pass: the heap in use is likely to
+//! take it again); once its slabs stay put, one delay after its free when
+//! the purger purges, ten when a slow path does (`pass::cutoffs`).
+//!
+//! A trim gives back what is free whole at once, with no deadline, when a
+//! free leaves more of it resident than the trim bound (`claim_trim`, which
+//! may raise the bound instead): the cached large blocks and the segments
+//! whose slabs are all free, or every free slab if nine tenths of the
+//! segments' slabs are free (`segment::trim_slabs`). Its two places are
+//! the free slow paths that leave freed memory resident, slabs back in
+//! their segment (`pass::slabs_freed`) and a large block into the cache
+//! (`alloc::free_large`), through `pass::trim_if_over_bound`. `malloc_trim`
+//! takes everything.
 //!
 //! The deadline is one word: 0 while nothing waits, else the monotonic time
 //! at which everything freed before it, less the delay, goes back. Whoever
@@ -338,3 +384,6 @@ pub fn reset_in_child() {
     RETRY_AFTER_NS.store(0, Ordering::Relaxed);
     INHERITED_BYTES.store(global().mapped_bytes(), Ordering::Relaxed);
 }
+
+pub mod give_back;
+pub mod pass;

@@ -15,6 +15,8 @@ use crate::large;
 use crate::node::NODES;
 use crate::options;
 use crate::prof::sample;
+use crate::purge::give_back::{self, CountedIn};
+use crate::purge::pass::PurgeBy;
 use crate::release::{keep_partial, retire_active_if_empty, trim_partials};
 use crate::segment;
 use crate::shared;
@@ -68,10 +70,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
     if c.detached.get().is_null() {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
-        segment::purge_if_due_after(segment::PurgeBy::SlowPath, || {
-            sheaf::flush_barns(heap);
-            crate::node::release_empty_slabs();
-        });
+        give_back::purge_if_due(CountedIn::Heap(heap), PurgeBy::SlowPath);
     }
     // Looked at again: the barns' flush frees blocks of our active slabs
     // onto their detached lists, this class's among them.

@@ -4,18 +4,17 @@
 //!
 //! A byte map over the whole 47-bit address space (the segment map) answers
 //! "is this pointer inside one of our segments?" for the C entry points.
-//! Free slabs are purged (MADV_DONTNEED) once they have stayed free for the
-//! purge delay; wholly empty segments beyond a small cache are unmapped.
-//! At free time only what is free whole goes back: when the wholly free
-//! segments' resident pages and the cached large blocks pass the trim bound
-//! (`purge`), those segments are unmapped and the cache emptied at once,
-//! as glibc gives back its heap's free top; a free slab inside a segment
-//! still in use waits for the delay, so that a heap that frees and then
-//! allocates again reuses it without faulting it in. A heap whose slabs are
-//! mostly free (`mostly_free`) is shrinking, not in use: its trim gives
-//! back every free slab, whatever its segment. The same deadline
-//! empties the large block cache. The segments' lock comes after a node
-//! lock (the lock order: `sync`).
+//! Free slabs wait on a dirty queue, each with the time it was freed, for
+//! the purge, whose policy is `purge`'s (its docs say when what goes back)
+//! and whose pass is `purge::pass`. This module keeps the segments' side:
+//! `purge_slabs` purges (MADV_DONTNEED) the free slabs freed before its
+//! cutoffs and unmaps wholly empty segments beyond a small cache;
+//! `trim_slabs` gives back what is free whole, the segments whose slabs
+//! are all free, or every free slab if the heap is mostly free
+//! (`mostly_free`: shrinking, not in use); `trimmable_bytes` is what a trim
+//! would give back, for the trim bound's test; `slabs_moved` says whether
+//! the heap took or gave back slabs since the last pass. The segments'
+//! lock comes after a node lock (the lock order: `sync`).
 //!
 //! A medium block (`medium`) is a span of contiguous free slabs of one
 //! segment (`span`); freed, its slabs are free slabs like any other. A
@@ -31,7 +30,6 @@ use core::cell::UnsafeCell;
 use core::ptr;
 
 use crate::counters;
-use crate::large;
 use crate::list::{Linked, List};
 use crate::os;
 use crate::purge;
@@ -46,15 +44,6 @@ pub use crate::size_class::{
 const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
 const EMPTY_SEGMENTS_KEPT: usize = 1;
-/// Free slabs whose pages may be resident, in all segments, below which a
-/// slab given back asks for no purge (glibc too trims at free only past a
-/// threshold): they serve the next slabs taken, of any class, and go back
-/// with the next purge asked for by anything else. Without it a small
-/// program that empties a slab would start the background purger, a
-/// thread (a fork from a signal handler then hung, `preload_fork_signal`),
-/// and would peak higher.
-const DIRTY_SLABS_UNPURGED: usize = 16;
-
 const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
 // The segment map: one byte per possible segment (nonzero: ours), 32 MiB of
 // zero pages of which only those touched become resident; a byte makes the
@@ -183,7 +172,7 @@ struct Segments {
     /// Segments with `kept_empty` set.
     empty_kept: usize,
     /// Free slabs marked dirty, in all segments: free, their pages maybe
-    /// still resident (`DIRTY_SLABS_UNPURGED`).
+    /// still resident (`purge::pass::slabs_freed` asks for a purge past 16).
     dirty_slabs: usize,
     /// The dirty slabs of the segments whose slabs are all free: what a
     /// trim gives back, unless the heap is `mostly_free`.
@@ -315,7 +304,6 @@ pub fn alloc_slab() -> *mut Slab {
 /// pages may still be resident: it was freed and not purged since, so a
 /// heap that carves it whole touches no new memory (`refill`).
 pub fn take_slab() -> (*mut Slab, bool) {
-    purge_if_due();
     let (slab, resident) = with_segments(take_slab_locked);
     if !slab.is_null() {
         // A fresh slab's pages fault in as it is carved.
@@ -371,77 +359,47 @@ fn take_run(s: &mut Segments, sg: &mut Segment, run: u64) -> u64 {
     dirty
 }
 
-/// Gives a slab with no live object back to its segment; its pages are
-/// purged once it has stayed free for the purge delay, or at once if its
-/// segment is free whole and the trim bound is passed (`trim_if_over_bound`).
-/// Its segment goes to the head of the segments with free slabs (the next
+/// Gives a slab with no live object back to its segment, dirty from now;
+/// its segment goes to the head of the segments with free slabs (the next
 /// `alloc_slab` takes this slab, still resident) and onto the dirty queue.
-pub fn free_slab(slab: *mut Slab) {
+/// Returns the dirty free slabs of all segments, for the purge's rules
+/// (`purge::pass::slabs_freed`, which the caller calls).
+pub fn free_slab(slab: *mut Slab) -> usize {
     let now = purge::now_ns();
-    let dirty = with_segments(|s| give_slab(s, slab, now));
-    after_give(dirty, now);
+    with_segments(|s| give_slab(s, slab, now))
 }
 
-/// What follows a give-back of free slabs at `now` that left `dirty` dirty
-/// free slabs in all segments: a purge asked for past
-/// `DIRTY_SLABS_UNPURGED`, run if due, and the trim bound's test.
-fn after_give(dirty: usize, now: u64) {
-    // After the dirty bit: a purge that claims the deadline takes the lock
-    // and sees it (`purge::schedule`).
-    if dirty >= DIRTY_SLABS_UNPURGED {
-        purge::schedule(now);
-    }
-    if purge::take_due(now) {
-        purge_all(now, PurgeBy::SlowPath);
-    }
-    trim_if_over_bound();
-}
-
-/// The trim bound's test (`purge`), for the free slow paths that leave
-/// freed memory resident: a slab back to its segment (`free_slab`), a large
-/// block into the cache (`alloc::free_large`). It counts what is free
-/// whole: the resident pages of segments whose slabs are all free (of every
-/// free slab, if the heap is mostly free), and the cached large blocks.
-/// Past the bound those go back now (`trim`); free slabs in segments still
-/// in use wait for the purge delay. Cost under the bound: three loads and
-/// a compare, no system call.
+/// The bytes a trim would give back from the segments: the resident pages
+/// of the segments whose slabs are all free (of every free slab, if the
+/// heap is mostly free). One load, without the lock.
 #[inline]
-pub fn trim_if_over_bound() {
-    // Relaxed: hints; `claim_trim` decides, the purge's locks order it.
-    let freed_whole = TRIMMABLE_BYTES.load(Ordering::Relaxed)
-        + counters::global().large_cached.load(Ordering::Relaxed);
-    if purge::over_trim_bound(freed_whole) {
-        trim(freed_whole);
-    }
+pub fn trimmable_bytes() -> u64 {
+    // Relaxed: a hint for the trim bound's test (`purge::claim_trim` decides).
+    TRIMMABLE_BYTES.load(Ordering::Relaxed)
 }
 
-/// Gives back what is free whole: the cached large blocks are unmapped,
-/// and so are the segments whose slabs are all free (but the few kept,
-/// purged); every free slab is purged if the heap is mostly free.
-#[cold]
-#[inline(never)]
-fn trim(freed_whole: u64) {
-    if purge::claim_trim(freed_whole) {
-        large::purge_cache(u64::MAX);
-        with_segments(|s| {
-            if mostly_free(s) {
-                purge_segments_locked(s, u64::MAX, u64::MAX);
-            } else if s.whole_dirty_slabs != 0 {
-                // Else no segment is free whole: the dirty queue, which
-                // may hold every segment, is not walked for nothing.
-                give_back_free_segments_locked(s);
-            }
-        });
-    }
+/// The segments' part of a trim (`purge::pass`): the segments whose slabs
+/// are all free are unmapped (but the few kept, purged); every free slab
+/// is purged if the heap is mostly free.
+pub fn trim_slabs() {
+    with_segments(|s| {
+        if mostly_free(s) {
+            purge_segments_locked(s, u64::MAX, u64::MAX);
+        } else if s.whole_dirty_slabs != 0 {
+            // Else no segment is free whole: the dirty queue, which may
+            // hold every segment, is not walked for nothing.
+            give_back_free_segments_locked(s);
+        }
+    });
 }
 
 /// `free_slab`'s work, lock held: the slab is dirty from `now`. Returns
 /// the dirty free slabs of all segments, this one counted.
 fn give_slab(s: &mut Segments, slab: *mut Slab, now: u64) -> usize {
-    let seg = segment_of(slab as usize) as *mut Segment;
-    // SAFETY: `slab` is inside a live segment; the lock is held.
-    let sg = unsafe { &mut *seg };
-    let index = (slab as usize - seg as usize) / core::mem::size_of::<Slab>();
+    // SAFETY: `slab` is a descriptor inside a live segment.
+    let index = unsafe { (*slab).index() };
+    // SAFETY: as above; the lock is held.
+    let sg = unsafe { &mut *(segment_of(slab as usize) as *mut Segment) };
     give_run(s, sg, 1 << index, now)
 }
 
@@ -506,98 +464,19 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     seg
 }
 
-/// Purges now if the deadline has passed; true if this call purged. Called
-/// by `alloc_slab`, on allocation slow paths, so a process that keeps
-/// allocating a little does give memory back; it may run under a node lock,
-/// so the node lists' empty slabs stay listed (the purger and the refill
-/// path, which hold none, use `purge_if_due_after`).
-#[inline]
-pub fn purge_if_due() -> bool {
-    purge_if_due_after(PurgeBy::SlowPath, || ())
+/// Whether the heap took or gave back a slab since the last call: a purge
+/// pass asks (`purge::pass::purge_all`), and clears it.
+pub fn slabs_moved() -> bool {
+    with_segments(|s| core::mem::replace(&mut s.slabs_moved, false))
 }
 
-/// `purge_if_due`, with `first` run once this call has claimed the purge
-/// and before it purges: callers that hold no node lock give the node
-/// lists' empty slabs back there (`node::release_empty_slabs`), so that this
-/// purge returns their pages too.
-#[inline]
-pub fn purge_if_due_after(by: PurgeBy, first: impl FnOnce()) -> bool {
-    if purge::deadline() == 0 {
-        return false;
-    }
-    let now = purge::now_ns();
-    if !purge::take_due(now) {
-        return false;
-    }
-    first();
-    purge_all(now, by);
-    true
-}
-
-/// Purges every free slab and unmaps empty segments now (`malloc_trim`).
-pub fn purge_now() {
-    purge::take_now();
-    purge_all(u64::MAX, PurgeBy::Trim);
-}
-
-/// Who runs a purge: a slow path, in a program that is allocating or
-/// freeing, whose heap in use is likely to take its free slabs again; the
-/// background purger, which keeps the deadline while the program may make
-/// no call at all; or `malloc_trim`, which wants everything back.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum PurgeBy {
-    SlowPath,
-    Purger,
-    Trim,
-}
-
-/// A free slab inside a segment still in use does not go back while the
-/// heap moves slabs (one was taken or given back since the last purge
-/// pass): a heap in use that frees a part of itself mostly allocates it
-/// again, and the time between the free and the reuse grows with the part
-/// freed; a purge between them would have the program fault every page in
-/// again. Once the heap's slabs stay put, the background purger gives such
-/// a slab back one delay after its free (a program that went idle gets its
-/// memory back within two delays), a slow path this many delays after it
-/// (a program that calls the allocator is still in use); a slab of a
-/// segment free whole goes back after one delay either way.
-const IN_USE_DELAYS: u64 = 10;
-
-/// The purge the deadline asked for: what was freed a whole delay before
-/// `now` goes back (all of it for `u64::MAX`: `malloc_trim`), and, in a
-/// purge `by` a slow path, free slabs of segments still in use only
-/// `IN_USE_DELAYS` delays before: cached large blocks are unmapped, free
-/// slabs madvised, empty segments beyond `EMPTY_SEGMENTS_KEPT` unmapped.
-/// What was freed later waits for another deadline: a slab freed just
-/// before the deadline is likelier to be taken again than not, and a purge
-/// would have it faulted in again.
-fn purge_all(now: u64, by: PurgeBy) {
-    let delay = purge::delay_ns();
-    let cache_left = large::purge_cache(now.saturating_sub(delay));
-    let slabs_left = with_segments(|s| {
-        let moved = core::mem::replace(&mut s.slabs_moved, false);
-        let (cutoff, in_use_cutoff) = cutoffs(now, delay, by, moved);
-        purge_segments_locked(s, cutoff, in_use_cutoff)
-    });
-    if cache_left || slabs_left {
-        // Younger than the delay: look again later.
-        purge::schedule(purge::now_ns());
-    }
-}
-
-/// The free times at or before which a purge at `now` gives back a free
-/// slab: of a segment free whole, and of a segment still in use (`moved`:
-/// the heap took or gave back a slab since the last purge pass).
-fn cutoffs(now: u64, delay: u64, by: PurgeBy, moved: bool) -> (u64, u64) {
-    let cutoff = now.saturating_sub(delay);
-    match by {
-        PurgeBy::SlowPath | PurgeBy::Purger if moved => (cutoff, 0),
-        PurgeBy::SlowPath => (
-            cutoff,
-            now.saturating_sub(delay.saturating_mul(IN_USE_DELAYS)),
-        ),
-        PurgeBy::Purger | PurgeBy::Trim => (cutoff, cutoff),
-    }
+/// The segments' part of a purge pass: the dirty slabs freed at or before
+/// `cutoff` in segments free whole, at or before `in_use_cutoff` in the
+/// others, are purged, and the segments that are then free whole and
+/// purged unmapped beyond the few kept. Returns whether dirty slabs are
+/// left (freed later).
+pub fn purge_slabs(cutoff: u64, in_use_cutoff: u64) -> bool {
+    with_segments(|s| purge_segments_locked(s, cutoff, in_use_cutoff))
 }
 
 /// Purges the dirty slabs freed at or before `cutoff` in segments free

@@ -13,9 +13,9 @@
 //!    the profile's blocks come from its own heap (in debug mode too).
 //! 2. One node lock (`node::NODES[class].lock`), never two at once: under
 //!    one, a slab is taken from or given back to its segment, and a purge
-//!    that falls due runs (`segment::free_slab`, `segment::take_slab`).
+//!    that falls due runs (`node::discard`, `purge::pass::slabs_freed`).
 //! 3. `segment::SEGMENTS` or the large blocks' table (`large::LARGE`), never
-//!    both: the purge takes one after the other (`segment::purge_all`), and
+//!    both: the purge takes one after the other (`purge::pass::purge_all`), and
 //!    neither calls out under its lock.
 //! 4. One class's barn (`barn::BARNS[class]`): its put and take copy block
 //!    pointers and take nothing under it; taken with no lock held, or under

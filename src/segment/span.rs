@@ -11,9 +11,10 @@ use core::ptr;
 
 use crate::counters::{self, add_locked};
 use crate::purge;
+use crate::purge::pass::{purge_if_due, slabs_freed};
 use crate::segment::{
-    after_give, give_run, new_segment, purge_if_due, take_run, with_segments, Segment, Segments,
-    ALL_SLABS, SLABS_PER_SEGMENT, SLAB_BYTES,
+    give_run, new_segment, take_run, with_segments, Segment, Segments, ALL_SLABS,
+    SLABS_PER_SEGMENT, SLAB_BYTES,
 };
 use crate::size_class::segment_of;
 use crate::slab::{Slab, State};
@@ -121,7 +122,7 @@ pub fn free_span(head: &Slab) -> bool {
     let Some(dirty) = with_segments(|s| give_span(s, head, now)) else {
         return false;
     };
-    after_give(dirty, now);
+    slabs_freed(dirty);
     true
 }
 
@@ -132,10 +133,10 @@ fn give_span(s: &mut Segments, head: &Slab, now: u64) -> Option<usize> {
     if head.state() != State::Span || slabs == 0 {
         return None;
     }
+    let first = head.index();
     let seg = segment_of(head as *const Slab as usize) as *mut Segment;
     // SAFETY: `head` is inside a live segment; the lock is held.
     let sg = unsafe { &mut *seg };
-    let first = (head as *const Slab as usize - seg as usize) / core::mem::size_of::<Slab>();
     for slab in &sg.slabs[first..first + slabs] {
         slab.end_span();
     }

@@ -72,30 +72,6 @@ fn a_trim_gives_back_only_segments_free_whole() {
     unmap_only_segment(&mut s);
 }
 
-/// No purge but a trim gives back a free slab of a segment in use while
-/// the heap takes slabs; once it takes none, a slow path's purge leaves
-/// such a slab for `IN_USE_DELAYS` delays, the purger's for one.
-#[test]
-fn a_purge_leaves_the_free_slabs_of_a_heap_that_takes_slabs() {
-    let delay = 100;
-    for taken in [false, true] {
-        assert_eq!(cutoffs(10_000, delay, PurgeBy::Trim, taken), (9_900, 9_900));
-    }
-    assert_eq!(
-        cutoffs(10_000, delay, PurgeBy::Purger, false),
-        (9_900, 9_900)
-    );
-    assert_eq!(cutoffs(10_000, delay, PurgeBy::Purger, true), (9_900, 0));
-    assert_eq!(
-        cutoffs(10_000, delay, PurgeBy::SlowPath, false),
-        (9_900, 9_000)
-    );
-    assert_eq!(cutoffs(10_000, delay, PurgeBy::SlowPath, true), (9_900, 0));
-    let far = cutoffs(u64::MAX, delay, PurgeBy::SlowPath, false);
-    assert_eq!(far.1, u64::MAX - 1000);
-    assert_eq!(cutoffs(50, delay, PurgeBy::SlowPath, false), (0, 0));
-}
-
 /// What a trim counts: in a heap a third of whose slabs are in use, the
 /// free slabs of segments free whole only; in a heap mostly free (nine
 /// tenths), every free slab. Free slabs are counted as they come and go.

@@ -1,5 +1,6 @@
 //! The slab protocol of slubmalloc, model-checked: the allocator's own
-//! `sync`, `size_class`, `freelist`, `list`, `slab` and `node` modules, compiled
+//! `sync`, `size_class`, `freelist`, `list`, `slab` (with `slab::remote`,
+//! which `src/slab.rs` declares by its path) and `node` modules, compiled
 //! against loom's atomics and cells (`--cfg loom`, see `ci/model.sh`) and
 //! instantiated on slabs and nodes made for each scenario instead of the
 //! process's statics. The scenarios' frees run the shipped protocol
@@ -108,7 +109,17 @@ pub mod links {
 /// The segment: a slab that leaves its node for its segment is only marked
 /// FREE (`Slab::make_free`); the segment's bookkeeping is not modelled.
 pub mod segment {
-    pub fn free_slab(_slab: *mut crate::slab::Slab) {}
+    /// The dirty free slabs after the give-back: none.
+    pub fn free_slab(_slab: *mut crate::slab::Slab) -> usize {
+        0
+    }
+}
+
+/// The purge that a slab back in its segment may run: not modelled.
+pub mod purge {
+    pub mod pass {
+        pub fn slabs_freed(_dirty: usize) {}
+    }
 }
 
 #[cfg(test)]
