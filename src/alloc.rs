@@ -21,6 +21,7 @@ use crate::release;
 use crate::segment::{self, slab_of};
 use crate::sheaf;
 use crate::sheaf_budget;
+use crate::side_slabs::SideHeap;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::tls;
 
@@ -320,11 +321,12 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 
 /// Gives back all the memory we can: the calling thread's sheaves go back
 /// to their slabs, its slabs to the node lists, their empty slabs (and
-/// those debug mode keeps) to their segments, free slabs and cached large
-/// blocks to the kernel.
+/// those debug mode and the heap profile keep) to their segments, free
+/// slabs and cached large blocks to the kernel.
 pub fn trim() {
     thread_idle();
-    debug::give_back_empty();
+    SideHeap::Debug.give_back_empty();
+    SideHeap::Profile.give_back_empty();
     node::release_empty_slabs();
     segment::purge_now();
     large::purge_cache(u64::MAX);

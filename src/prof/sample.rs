@@ -13,9 +13,9 @@
 //!
 //! Costs: the allocation fast path subtracts the size and tests the sign
 //! (2 instructions); the slow path does the same; the free fast path
-//! nothing. A sampled block comes from a slab of the profile heap
-//! (`heap::prof_heap`), which is no thread's, so its free misses the free
-//! fast path's owner compare as a remote free does, and `remote_free::free_slow`
+//! nothing. A sampled block comes from a slab of the profile heap, which is
+//! no thread's (`SideHeap::Profile`), so its free misses the free fast
+//! path's owner compare as a remote free does, and `remote_free::free_slow`
 //! hands it here by its owner: no flag, no lookup on any free fast path.
 //! Large blocks are counted down in `alloc_large` and looked up in the table
 //! on free while profiling is on.
@@ -38,18 +38,17 @@
 
 use core::ptr;
 
-use crate::counters::Ev;
 use crate::debug;
-use crate::heap::{prof_heap, prof_owner, Heap, DEAD, EMPTY};
+use crate::heap::{Heap, DEAD, EMPTY};
 use crate::large;
-use crate::node::{self, NODES};
 use crate::options;
 use crate::os;
 use crate::prof::table::TABLES;
 use crate::prof::unwind::{self, Skip, MAX_FRAMES};
 use crate::segment;
+use crate::side_slabs::SideHeap;
 use crate::slab::{double_free, invalid_free, Slab};
-use crate::sync::{invariant, AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering};
 use crate::tls::current;
 
 /// Whether profiling is on (`SLUBMALLOC_PROF=1`).
@@ -158,12 +157,18 @@ fn alloc_sampled(class: usize, size: usize, align: usize, frames: &[usize]) -> *
     };
     let rate = options::get().prof_rate;
     let p = TABLES.with(|t| {
-        let p = take_block(prof_heap(), class, debug);
-        if p.is_null() || t.insert(p as usize, size, frames, rate) {
+        let (p, fresh) = SideHeap::Profile.take(class);
+        if p.is_null() {
+            return p;
+        }
+        if debug && fresh {
+            debug::poison(p);
+        }
+        if t.insert(p as usize, size, frames, rate) {
             return p;
         }
         // SAFETY: `p` lies in a slab of the profile heap, whose lock we hold.
-        put_block(prof_heap(), unsafe { &*segment::slab_of(p) }, p);
+        SideHeap::Profile.put(unsafe { &*segment::slab_of(p) }, p);
         ptr::null_mut()
     });
     if debug && !p.is_null() {
@@ -172,86 +177,9 @@ fn alloc_sampled(class: usize, size: usize, align: usize, frames: &[usize]) -> *
     p
 }
 
-/// Takes a free block of `class` from the profile heap's slabs, which it
-/// keeps on a list through `Slab::next` headed by `ClassHeap::active`
-/// (its other lists stay empty); the slab that gives one moves to the
-/// front. `PROF_LOCK` held.
-fn take_block(heap: &Heap, class: usize, debug: bool) -> *mut u8 {
-    TABLES.lock.assert_held();
-    let c = &heap.classes[class];
-    let mut prev: *mut Slab = ptr::null_mut();
-    let mut s = c.active.get();
-    while !s.is_null() {
-        // SAFETY: slabs on the list are live and owned by the profile heap.
-        let slab = unsafe { &*s };
-        let p = take_from(slab, debug);
-        if !p.is_null() {
-            if !prev.is_null() {
-                // SAFETY: as above.
-                unsafe { (*prev).next.set(slab.next.get()) };
-                slab.next.set(c.active.get());
-                c.active.set(s);
-            }
-            c.ev.inc(Ev::AllocSlow);
-            return p;
-        }
-        prev = s;
-        s = slab.next.get();
-    }
-    let s = segment::alloc_slab();
-    if s.is_null() {
-        return ptr::null_mut();
-    }
-    // SAFETY: a free slab from the segment lock is ours alone.
-    let slab = unsafe { &*s };
-    slab.init(class, prof_owner());
-    slab.keep_off_sheaves();
-    c.ev.inc(Ev::SlabsNew);
-    slab.next.set(c.active.get());
-    c.active.set(s);
-    let p = take_from(slab, debug);
-    c.ev.inc(Ev::AllocSlow);
-    p
-}
-
-/// One block from a profile slab's free list or its uncarved rest.
-fn take_from(slab: &Slab, debug: bool) -> *mut u8 {
-    let (p, fresh) = slab.take_object();
-    if fresh && debug {
-        debug::poison(p, slab.size.get() as usize);
-    }
-    p
-}
-
-/// Puts a block back on its profile slab; a slab left empty goes back to
-/// its segment unless it is the class's only one. `PROF_LOCK` held.
-fn put_block(heap: &Heap, slab: &Slab, p: *mut u8) {
-    TABLES.lock.assert_held();
-    let class = slab.class.get() as usize;
-    let c = &heap.classes[class];
-    // SAFETY: `p` is a live block of the slab, which the profile heap owns.
-    let emptied = unsafe { slab.free_object(p) };
-    c.ev.inc(Ev::FreeSlow);
-    let me = slab as *const Slab as *mut Slab;
-    if !emptied || (c.active.get() == me && slab.next.get().is_null()) {
-        return;
-    }
-    let mut link = &c.active;
-    while link.get() != me {
-        // SAFETY: the list holds `slab`, so every slab before it is live.
-        link = unsafe { &(*link.get()).next };
-    }
-    link.set(slab.next.get());
-    let _g = NODES[class].lock.guard();
-    // Empty, never on a remote list (no thread frees into it remotely).
-    let remote = slab.begin_listing();
-    invariant!(remote.is_null());
-    node::discard(slab);
-    c.ev.inc(Ev::SlabsFreed);
-}
-
-/// A free of `p`, in a slab the profile heap owns (from
-/// `remote_free::free_slow`): its estimate leaves the table, the block its slab.
+/// A free of `p`, in a slab of the profile heap (`SideHeap::Profile`, from
+/// `remote_free::free_slow`): its estimate leaves the table, the block its
+/// slab.
 #[cold]
 #[inline(never)]
 pub fn free_sampled(slab: &Slab, p: *mut u8) {
@@ -267,16 +195,8 @@ pub fn free_sampled(slab: &Slab, p: *mut u8) {
         if debug::enabled() {
             debug::on_free(slab, p);
         }
-        put_block(prof_heap(), slab, p);
+        SideHeap::Profile.put(slab, p);
     });
-}
-
-/// Whether `slab` belongs to the profile heap (its blocks were sampled).
-#[inline(always)]
-pub fn owns(slab: &Slab) -> bool {
-    // Relaxed: the owner was written under `PROF_LOCK` before the block
-    // was handed out, which happened before this free of it.
-    slab.owner.load(Ordering::Relaxed) == prof_owner()
 }
 
 /// A large block was allocated (by `caller`, whose frame is dropped from
