@@ -38,8 +38,8 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
         if SideHeap::Debug.owns(slab) {
             return debug::free(slab, p);
         }
-        if medium::is_block(slab, p) {
-            sample::free_large(p);
+        if medium::check_block(slab, p) {
+            sample::free_big(p);
             return medium::free(slab, p);
         }
     }

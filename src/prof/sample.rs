@@ -17,8 +17,9 @@
 //! no thread's (`SideHeap::Profile`), so its free misses the free fast
 //! path's owner compare as a remote free does, and `remote_free::free_slow`
 //! hands it here by its owner: no flag, no lookup on any free fast path.
-//! Large blocks are counted down in `alloc_large` and looked up in the table
-//! on free while profiling is on.
+//! Big blocks (medium or large: above the size classes) are counted down in
+//! `alloc::alloc_big` and looked up in the table on free while profiling is
+//! on.
 //!
 //! This module calls nothing of `refill`, `release` or `heap_start`, which call
 //! it: the sampler returns null when it takes no sample, and its caller
@@ -199,21 +200,21 @@ pub fn free_sampled(slab: &Slab, p: *mut u8) {
     });
 }
 
-/// A large block was allocated (by `caller`, whose frame is dropped from
-/// the stack, or 0): counts it down.
+/// A big block (medium or large) was allocated (by `caller`, whose frame is
+/// dropped from the stack, or 0): counts it down.
 #[inline(always)]
-pub fn count_large(p: *mut u8, size: usize, caller: usize) {
+pub fn count_big(p: *mut u8, size: usize, caller: usize) {
     if let Some(h) = own_heap() {
         if h.prof_count(size) {
-            sample_large(h, p, size, caller);
+            sample_big(h, p, size, caller);
         }
     }
 }
 
-/// Records the large block `p` as sampled, if the sample can be taken.
+/// Records the big block `p` as sampled, if the sample can be taken.
 #[cold]
 #[inline(never)]
-fn sample_large(h: &Heap, p: *mut u8, size: usize, caller: usize) {
+fn sample_big(h: &Heap, p: *mut u8, size: usize, caller: usize) {
     if !should_sample(h) {
         return;
     }
@@ -229,23 +230,25 @@ fn record(p: *mut u8, size: usize, frames: &[usize]) -> bool {
     TABLES.with(|t| t.insert(p as usize, size, frames, rate))
 }
 
-/// A large block is being freed: its sample, if it was one, leaves the
-/// table (before the block's address can be mapped again).
+/// A big block (medium or large) is being freed: its sample, if it was
+/// one, leaves the table (before the block's address can be handed out
+/// again).
 #[inline]
-pub fn free_large(p: *mut u8) {
+pub fn free_big(p: *mut u8) {
     if enabled() {
         let rate = options::get().prof_rate;
         TABLES.with(|t| t.remove(p as usize, rate));
     }
 }
 
-/// A large block `p` was resized in its mapping to `q`: the old sample
-/// leaves, and the new size counts down as an allocation would.
+/// A big block `p` was resized in place (a medium block's span, `p == q`)
+/// or in its mapping (a large block) to `q`: the old sample leaves, and the
+/// new size counts down as an allocation would.
 #[inline]
-pub fn realloc_large(p: *mut u8, q: *mut u8, new_size: usize) {
+pub fn realloc_big(p: *mut u8, q: *mut u8, new_size: usize) {
     if enabled() {
-        free_large(p);
-        count_large(q, new_size, 0);
+        free_big(p);
+        count_big(q, new_size, 0);
     }
 }
 
@@ -346,7 +349,7 @@ fn internal_functions(caller: usize) -> [usize; 8] {
         0,
         unwind::capture as *const () as usize,
         sample_small as *const () as usize,
-        sample_large as *const () as usize,
+        sample_big as *const () as usize,
         caller,
         shim(0),
         shim(1),
