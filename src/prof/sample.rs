@@ -30,12 +30,13 @@
 //! taken from the profile heap and entered in the table. Threads past their
 //! exit destructor are not sampled (they have no countdown).
 //!
-//! Where a stack starts: as the C heap (the `override` feature) or in any
-//! build of the preload library, which has no std and serves no Rust
-//! program, the frames in the allocator's own code range are dropped;
-//! linked into a Rust program, its out-of-line functions and the
-//! `__rust_alloc` shims found by `calibrate` (which allocates through std)
-//! are dropped by address.
+//! Where a stack starts (`stack_start`, one module per build): as the C
+//! heap (the `override` feature) or in any build of the preload library,
+//! which has no std and serves no Rust program, the frames in the
+//! allocator's own code range are dropped; linked into a Rust program, its
+//! out-of-line functions and the `__rust_alloc` shims found by
+//! `stack_start::calibrate` (which allocates through std) are dropped by
+//! address.
 
 use core::ptr;
 
@@ -49,7 +50,6 @@ use crate::prof::unwind::{self, Skip, MAX_FRAMES};
 use crate::segment;
 use crate::side_slabs::SideHeap;
 use crate::slab::{double_free, invalid_free, Slab};
-use crate::sync::{AtomicUsize, Ordering};
 use crate::tls::current;
 
 /// Whether profiling is on (`SLUBMALLOC_PROF=1`).
@@ -119,16 +119,13 @@ pub fn sample_small(class: usize, size: usize, align: usize, caller: usize) -> *
     let Some(h) = own_heap() else {
         return ptr::null_mut();
     };
-    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
-    if h.prof_calibrating.get() {
-        calibration_sample(h, caller);
+    if stack_start::calibration_sample(h, caller) {
         return ptr::null_mut();
     }
     if !should_sample(h) {
         return ptr::null_mut();
     }
-    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
-    calibrate(h);
+    stack_start::calibrate(h);
     h.prof_busy.set(true);
     let mut frames = [0usize; MAX_FRAMES];
     let depth = capture_stack(&mut frames, caller);
@@ -252,121 +249,158 @@ pub fn realloc_big(p: *mut u8, q: *mut u8, new_size: usize) {
     }
 }
 
-/// The code range of the preload library, found at the first sample
-/// (start, end; `end == 0` until then).
-#[cfg(any(feature = "override", slubmalloc_preload))]
-static OWN_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-
-/// Linked into a Rust program: the start addresses of the functions of the
-/// `__rust_alloc` family into which `GlobalAlloc` is inlined (0: none, as
-/// when they are inlined into their callers or jump to the sampler), found
-/// by `calibrate`; and whether it has run (0 no, 1 running, 2 done).
-#[cfg(not(any(feature = "override", slubmalloc_preload)))]
-static ENTRY_SHIMS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
-#[cfg(not(any(feature = "override", slubmalloc_preload)))]
-static CALIBRATION: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0);
-#[cfg(not(any(feature = "override", slubmalloc_preload)))]
-static CALIBRATION_STEP: AtomicUsize = AtomicUsize::new(0);
-
-/// Once per process, at the first sample of a Rust program: allocates
-/// through `std::alloc::{alloc, alloc_zeroed, realloc}` with the countdown
-/// run out, so that each reaches `sample_small`, which notes the function
-/// between it and this one (`calibration_sample`). Those functions are
-/// then dropped from every stack, which thus starts at the program's call.
-#[cfg(not(any(feature = "override", slubmalloc_preload)))]
-#[inline(never)]
-fn calibrate(h: &Heap) {
-    use std::alloc::Layout;
-    // Relaxed: a thread that loses the race runs its samples with fewer
-    // frames dropped; nothing else depends on the order.
-    if CALIBRATION.load(Ordering::Relaxed) != 0
-        || CALIBRATION
-            .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-    {
-        return;
-    }
-    let left = h.prof_left.get();
-    let small = Layout::from_size_align(8, 8).unwrap();
-    for step in 0..3 {
-        CALIBRATION_STEP.store(step, Ordering::Relaxed);
-        h.prof_calibrating.set(true);
-        // SAFETY: non-zero sizes; each block is freed with its layout.
-        unsafe {
-            match step {
-                0 => {
-                    h.prof_left.set(0);
-                    std::alloc::dealloc(std::alloc::alloc(small), small);
-                }
-                1 => {
-                    h.prof_left.set(0);
-                    std::alloc::dealloc(std::alloc::alloc_zeroed(small), small);
-                }
-                _ => {
-                    let p = std::alloc::alloc(small);
-                    h.prof_left.set(0);
-                    let q = std::alloc::realloc(p, small, 256);
-                    std::alloc::dealloc(q, Layout::from_size_align(256, 8).unwrap());
-                }
-            }
-        }
-        h.prof_calibrating.set(false);
-    }
-    h.prof_left.set(left);
-    CALIBRATION.store(2, Ordering::Relaxed);
-}
-
-/// `calibrate`'s allocation reached the sampler: the first frame outside
-/// the allocator's functions is either `calibrate` (the entry point was
-/// inlined or jumped here) or the entry point, whose start is noted.
-#[cfg(not(any(feature = "override", slubmalloc_preload)))]
-fn calibration_sample(h: &Heap, caller: usize) {
-    h.prof_calibrating.set(false);
-    let mut frames = [0usize; MAX_FRAMES];
-    let functions = internal_functions(caller);
-    let skip = Skip {
-        functions: &functions,
-        text: (0, 0),
-    };
-    if unwind::capture(&mut frames, &skip) == 0 {
-        return;
-    }
-    let f = unwind::function_of(frames[0]);
-    if f != calibrate as *const () as usize {
-        ENTRY_SHIMS[CALIBRATION_STEP.load(Ordering::Relaxed)].store(f, Ordering::Relaxed);
-    }
-}
-
 /// The allocator's out-of-line functions that may lie between a program's
 /// call and the capture of its stack (`caller`: the sampler's, or 0).
 #[inline(always)]
 fn internal_functions(caller: usize) -> [usize; 8] {
-    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
-    let shim = |i: usize| ENTRY_SHIMS[i].load(Ordering::Relaxed);
-    #[cfg(any(feature = "override", slubmalloc_preload))]
-    let shim = |_| 0;
+    let shims = stack_start::entry_shims();
     [
         0,
         unwind::capture as *const () as usize,
         sample_small as *const () as usize,
         sample_big as *const () as usize,
         caller,
-        shim(0),
-        shim(1),
-        shim(2),
+        shims[0],
+        shims[1],
+        shims[2],
     ]
 }
 
-/// The calling stack past the allocator's frames. In the preload library
-/// every frame in its own code is dropped, so stacks start in the program
-/// (or in `operator new`, which pprof drops). Linked into a Rust program,
-/// the allocator's out-of-line functions are dropped by address, and so are
-/// those of the `__rust_alloc` family (see `calibrate`).
+/// The calling stack past the allocator's frames (`stack_start`).
 #[inline(always)]
 fn capture_stack(out: &mut [usize; MAX_FRAMES], caller: usize) -> usize {
     let functions = internal_functions(caller);
-    #[cfg(any(feature = "override", slubmalloc_preload))]
-    let text = {
+    unwind::capture(
+        out,
+        &Skip {
+            functions: &functions,
+            text: stack_start::own_text(),
+        },
+    )
+}
+
+/// Where a stack starts, linked into a Rust program: the allocator's
+/// out-of-line functions are dropped by address, and so are those of the
+/// `__rust_alloc` family, found by `calibrate`, so that a stack starts at
+/// the program's call.
+#[cfg(not(any(feature = "override", slubmalloc_preload)))]
+mod stack_start {
+    use super::{internal_functions, Heap, MAX_FRAMES};
+    use crate::prof::unwind::{self, Skip};
+    use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+
+    /// The start addresses of the functions of the `__rust_alloc` family
+    /// into which `GlobalAlloc` is inlined (0: none, as when they are
+    /// inlined into their callers or jump to the sampler), found by
+    /// `calibrate`; and whether it has run (0 no, 1 running, 2 done).
+    static ENTRY_SHIMS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+    static CALIBRATION: AtomicU32 = AtomicU32::new(0);
+    static CALIBRATION_STEP: AtomicUsize = AtomicUsize::new(0);
+
+    pub(super) fn entry_shims() -> [usize; 3] {
+        // Relaxed: a thread that reads them before `calibrate` wrote them
+        // drops fewer frames.
+        core::array::from_fn(|i| ENTRY_SHIMS[i].load(Ordering::Relaxed))
+    }
+
+    /// No code range is dropped: the program's code is the allocator's.
+    pub(super) fn own_text() -> (usize, usize) {
+        (0, 0)
+    }
+
+    /// Once per process, at the first sample: allocates through
+    /// `std::alloc::{alloc, alloc_zeroed, realloc}` with the countdown run
+    /// out, so that each reaches `sample_small`, which notes the function
+    /// between it and this one (`calibration_sample`). Those functions are
+    /// then dropped from every stack, which thus starts at the program's
+    /// call.
+    #[inline(never)]
+    pub(super) fn calibrate(h: &Heap) {
+        use std::alloc::Layout;
+        // Relaxed: a thread that loses the race runs its samples with fewer
+        // frames dropped; nothing else depends on the order.
+        if CALIBRATION.load(Ordering::Relaxed) != 0
+            || CALIBRATION
+                .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let left = h.prof_left.get();
+        let small = Layout::from_size_align(8, 8).unwrap();
+        for step in 0..3 {
+            CALIBRATION_STEP.store(step, Ordering::Relaxed);
+            h.prof_calibrating.set(true);
+            // SAFETY: non-zero sizes; each block is freed with its layout.
+            unsafe {
+                match step {
+                    0 => {
+                        h.prof_left.set(0);
+                        std::alloc::dealloc(std::alloc::alloc(small), small);
+                    }
+                    1 => {
+                        h.prof_left.set(0);
+                        std::alloc::dealloc(std::alloc::alloc_zeroed(small), small);
+                    }
+                    _ => {
+                        let p = std::alloc::alloc(small);
+                        h.prof_left.set(0);
+                        let q = std::alloc::realloc(p, small, 256);
+                        std::alloc::dealloc(q, Layout::from_size_align(256, 8).unwrap());
+                    }
+                }
+            }
+            h.prof_calibrating.set(false);
+        }
+        h.prof_left.set(left);
+        CALIBRATION.store(2, Ordering::Relaxed);
+    }
+
+    /// Whether the allocation that reached the sampler is `calibrate`'s
+    /// (then no sample is taken): the first frame outside the allocator's
+    /// functions is either `calibrate` (the entry point was inlined or
+    /// jumped here) or the entry point, whose start is noted.
+    pub(super) fn calibration_sample(h: &Heap, caller: usize) -> bool {
+        if !h.prof_calibrating.get() {
+            return false;
+        }
+        h.prof_calibrating.set(false);
+        let mut frames = [0usize; MAX_FRAMES];
+        let functions = internal_functions(caller);
+        let skip = Skip {
+            functions: &functions,
+            text: (0, 0),
+        };
+        if unwind::capture(&mut frames, &skip) != 0 {
+            let f = unwind::function_of(frames[0]);
+            if f != calibrate as *const () as usize {
+                ENTRY_SHIMS[CALIBRATION_STEP.load(Ordering::Relaxed)].store(f, Ordering::Relaxed);
+            }
+        }
+        true
+    }
+}
+
+/// Where a stack starts as the C heap (the `override` feature) or in any
+/// build of the preload library, which has no std and serves no Rust
+/// program: every frame in the allocator's own code range is dropped, so
+/// that a stack starts in the program (or in `operator new`, which pprof
+/// drops).
+#[cfg(any(feature = "override", slubmalloc_preload))]
+mod stack_start {
+    use super::{sample_small, Heap};
+    use crate::prof::unwind;
+    use crate::sync::{AtomicUsize, Ordering};
+
+    /// The allocator's code range, found at the first sample (start, end;
+    /// `end == 0` until then).
+    static OWN_TEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+    pub(super) fn entry_shims() -> [usize; 3] {
+        [0; 3]
+    }
+
+    pub(super) fn own_text() -> (usize, usize) {
         // Relaxed: a cache of a value every thread computes the same.
         if OWN_TEXT[1].load(Ordering::Relaxed) == 0 {
             let (lo, hi) = unwind::text_range_of(sample_small as *const () as usize);
@@ -377,14 +411,12 @@ fn capture_stack(out: &mut [usize; MAX_FRAMES], caller: usize) -> usize {
             OWN_TEXT[0].load(Ordering::Relaxed),
             OWN_TEXT[1].load(Ordering::Relaxed),
         )
-    };
-    #[cfg(not(any(feature = "override", slubmalloc_preload)))]
-    let text = (0, 0);
-    unwind::capture(
-        out,
-        &Skip {
-            functions: &functions,
-            text,
-        },
-    )
+    }
+
+    /// Nothing to calibrate: no std entry point lies between.
+    pub(super) fn calibrate(_: &Heap) {}
+
+    pub(super) fn calibration_sample(_: &Heap, _: usize) -> bool {
+        false
+    }
 }
