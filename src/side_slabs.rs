@@ -1,13 +1,14 @@
 //! Slabs kept off the sheaves: the slabs of a heap that is no thread's,
 //! whose blocks are handed out and given back one at a time under that
-//! heap's lock. Two such side heaps (`SideHeap`): debug mode's (`Debug`, the orphan heap,
-//! every small block of debug mode) and the heap profile's (`Profile`, the
-//! profile heap, every sampled small block). Their slabs send the free fast
-//! path to the class heap that has no sheaf (`Slab::keep_off_sheaves`), and
-//! their owner is no thread's heap, so every free of their blocks misses the
-//! free fast path's owner compare and reaches `remote_free::free_slow`, which
-//! tells them by their owner (`SideHeap::owns`) and hands them back to
-//! `debug` or `prof::sample`, which check the block and put it back here.
+//! heap's lock. Two such side heaps (`SideHeap`): debug mode's (`Debug`, the
+//! orphan heap, every small block of debug mode) and the heap profile's
+//! (`Profile`, the profile heap, every sampled small block). Their slabs
+//! send the free fast path to the class heap that has no sheaf
+//! (`Slab::keep_off_sheaves`), and their owner is no thread's heap, so every
+//! free of their blocks misses the free fast path's owner compare and
+//! reaches `remote_free::free_slow`, which tells them by their owner
+//! (`SideHeap::owns`) and hands them back to `debug` or `prof::sample`,
+//! which check the block and put it back here.
 //!
 //! One life cycle: a slab is taken from its segment when its class has no
 //! slab with a free block (`take`), and listed on the class heap's partial
