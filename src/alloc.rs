@@ -22,6 +22,7 @@ use crate::release;
 use crate::segment::{self, slab_of};
 use crate::sheaf;
 use crate::sheaf_budget;
+use crate::side_slabs::SideHeap;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::tls;
 
@@ -42,7 +43,7 @@ fn malloc_above_table(size: usize) -> *mut u8 {
     if size <= MAX_SMALL_BYTES {
         fastpath::alloc(size_class::class_by_log(size), size, 16)
     } else {
-        alloc_large(size, 16, false)
+        alloc_big(size, 16, false)
     }
 }
 
@@ -66,7 +67,7 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
 fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
         Some(class) => fastpath::alloc(class, size, align),
-        None => alloc_large(size, align, false),
+        None => alloc_big(size, align, false),
     }
 }
 
@@ -84,30 +85,32 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
             }
             p
         }
-        None => alloc_large(size, align, true),
+        None => alloc_big(size, align, true),
     }
 }
 
-/// A block above the size classes: a medium block (a span of a segment's
-/// slabs) up to glibc's dynamic mmap threshold, else a large one (a
-/// mapping of its own); counted down by the heap profile. A thread whose
+/// A big block, above the size classes: a medium block (a span of a
+/// segment's slabs) up to glibc's dynamic mmap threshold, else a large one
+/// (a mapping of its own); counted down by the heap profile. A thread whose
 /// first blocks are big gets its heap (and countdown) now when profiling.
 /// No allocator lock is held here, so the background purger may start
 /// (`background`). Out of line: inlined, it made `__rust_alloc` save
 /// registers on the fast path (`ci/callgrind.sh`'s Rust pair).
 #[inline(never)]
-fn alloc_large(size: usize, align: usize, zero: bool) -> *mut u8 {
+fn alloc_big(size: usize, align: usize, zero: bool) -> *mut u8 {
     background::start_if_wanted();
-    let p = if medium::serves(size, align) {
-        medium::alloc(size, zero)
-    } else {
+    let p = if !medium::serves(size, align) {
         large::alloc(size, align, zero)
+    } else if zero {
+        medium::alloc_zeroed(size)
+    } else {
+        medium::alloc(size)
     };
     if !p.is_null() {
         if tls::current() == heap::EMPTY && sample::enabled() {
             heap_start::create_heap();
         }
-        sample::count_large(p, size, alloc_large as *const () as usize);
+        sample::count_big(p, size, alloc_big as *const () as usize);
     }
     p
 }
@@ -215,7 +218,7 @@ pub unsafe fn free_asked(p: *mut u8, asked: &[Asked]) {
 #[cold]
 #[inline(never)]
 fn free_large(p: *mut u8) {
-    sample::free_large(p);
+    sample::free_big(p);
     match large::free(p) {
         // The block is cached: past the trim bound, everything goes back.
         Freed::Ok => purge::pass::trim_if_over_bound(),
@@ -279,7 +282,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
         // SAFETY: `p` is inside a mapped segment, whose header is mapped.
         if let Some(bytes) = medium::block_bytes(unsafe { &*slab_of(p) }, p) {
             if medium::keeps(bytes, new_size, align) {
-                sample::realloc_large(p, p, new_size);
+                sample::realloc_big(p, p, new_size);
                 return p;
             }
             bytes
@@ -299,7 +302,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     } else {
         if align <= os::PAGE_BYTES {
             if let Some(q) = large::realloc(p, new_size) {
-                sample::realloc_large(p, q, new_size);
+                sample::realloc_big(p, q, new_size);
                 return q;
             }
         }
@@ -321,11 +324,12 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 
 /// Gives back all the memory we can: the calling thread's sheaves go back
 /// to their slabs, its slabs to the node lists, their empty slabs (and
-/// those debug mode keeps) to their segments, free slabs and cached large
-/// blocks to the kernel.
+/// those debug mode and the heap profile keep) to their segments, free
+/// slabs and cached large blocks to the kernel.
 pub fn trim() {
     thread_idle();
-    debug::give_back_empty();
+    SideHeap::Debug.give_back_empty();
+    SideHeap::Profile.give_back_empty();
     node::release_empty_slabs();
     purge::pass::purge_now();
     large::purge_cache(u64::MAX);

@@ -25,7 +25,8 @@ pub const BARN_SHEAVES: usize = 8;
 struct Shelves {
     blocks: [[*mut u8; SHEAF_MAX]; BARN_SHEAVES],
     lens: [u32; BARN_SHEAVES],
-    full: usize,
+    /// The shelves in use, the first ones.
+    in_use: usize,
 }
 
 // SAFETY: the raw pointers are blocks no thread holds, reached only under
@@ -37,7 +38,7 @@ pub struct Barn {
     shelves: Locked<Shelves>,
     /// The shelves in use, written under the lock, read without it to skip
     /// the lock when there is nothing to take.
-    full: AtomicU32,
+    shelves_in_use: AtomicU32,
     /// Nonzero when every shelf is in use and the last is full, written
     /// under the lock, read without it to skip the lock when there is no
     /// room.
@@ -54,9 +55,9 @@ impl Barn {
             shelves: Locked::new(Shelves {
                 blocks: [[ptr::null_mut(); SHEAF_MAX]; BARN_SHEAVES],
                 lens: [0; BARN_SHEAVES],
-                full: 0,
+                in_use: 0,
             }),
-            full: AtomicU32::new(0),
+            shelves_in_use: AtomicU32::new(0),
             no_room: AtomicU32::new(0),
         }
     }
@@ -72,18 +73,19 @@ impl Barn {
             return false;
         }
         self.shelves.with(|s| {
-            let on_top = s.full != 0 && s.lens[s.full - 1] as usize + sheaf.len() <= shelf_max;
+            let on_top = s.in_use != 0 && s.lens[s.in_use - 1] as usize + sheaf.len() <= shelf_max;
             if !on_top {
-                if s.full == BARN_SHEAVES {
-                    let last_full = s.lens[s.full - 1] as usize >= shelf_max;
+                if s.in_use == BARN_SHEAVES {
+                    let last_full = s.lens[s.in_use - 1] as usize >= shelf_max;
                     self.no_room.store(last_full as u32, Ordering::Relaxed);
                     return false;
                 }
-                s.lens[s.full] = 0;
-                s.full += 1;
-                self.full.store(s.full as u32, Ordering::Relaxed);
+                s.lens[s.in_use] = 0;
+                s.in_use += 1;
+                self.shelves_in_use
+                    .store(s.in_use as u32, Ordering::Relaxed);
             }
-            let top = s.full - 1;
+            let top = s.in_use - 1;
             let len = s.lens[top] as usize;
             for (shelf, b) in s.blocks[top][len..].iter_mut().zip(sheaf) {
                 *shelf = b.get();
@@ -98,14 +100,14 @@ impl Barn {
     /// its start); returns how many, 0 if the barn is empty.
     pub fn take(&self, into: &[Cell<*mut u8>]) -> u32 {
         // Relaxed: as in `put`.
-        if self.full.load(Ordering::Relaxed) == 0 {
+        if self.shelves_in_use.load(Ordering::Relaxed) == 0 {
             return 0;
         }
         self.shelves.with(|s| {
-            if s.full == 0 {
+            if s.in_use == 0 {
                 return 0;
             }
-            let top = s.full - 1;
+            let top = s.in_use - 1;
             let len = s.lens[top] as usize;
             let n = len.min(into.len());
             for (slot, &b) in into.iter().zip(&s.blocks[top][len - n..len]) {
@@ -113,8 +115,9 @@ impl Barn {
             }
             s.lens[top] = (len - n) as u32;
             if len == n {
-                s.full = top;
-                self.full.store(s.full as u32, Ordering::Relaxed);
+                s.in_use = top;
+                self.shelves_in_use
+                    .store(s.in_use as u32, Ordering::Relaxed);
             }
             self.no_room.store(0, Ordering::Relaxed);
             n as u32
@@ -124,7 +127,7 @@ impl Barn {
     /// Blocks in the barn (the verification walk).
     pub fn blocks(&self) -> u64 {
         self.shelves
-            .with(|s| s.lens[..s.full].iter().map(|&n| n as u64).sum())
+            .with(|s| s.lens[..s.in_use].iter().map(|&n| n as u64).sum())
     }
 
     /// In a forked child whose parent had other threads, if one of them
@@ -136,8 +139,8 @@ impl Barn {
         }
         // SAFETY: the child runs one thread, and the thread that held the
         // lock is gone.
-        unsafe { (*self.shelves.data_ptr()).full = 0 };
-        self.full.store(0, Ordering::Relaxed);
+        unsafe { (*self.shelves.data_ptr()).in_use = 0 };
+        self.shelves_in_use.store(0, Ordering::Relaxed);
         self.no_room.store(0, Ordering::Relaxed);
         self.shelves.lock.reset_in_child();
     }

@@ -14,7 +14,7 @@
 //! heap that never has a sheaf, as the heap profile's slabs do, and no
 //! owner: every free of an address in a span fails the free fast path's
 //! owner compare, which every free makes anyway, and reaches
-//! `remote_free::free_slow`, which hands it here (`is_block`). The first
+//! `remote_free::free_slow`, which hands it here (`check_block`). The first
 //! slab's start is the block; any other address in a span is an invalid
 //! pointer; the start of a span freed already (its first slab FREE, its
 //! length kept until the slab serves a class again) is a double free.
@@ -60,21 +60,30 @@ pub fn serves(size: usize, align: usize) -> bool {
         && size <= large::threshold()
 }
 
-/// A medium block of `size` bytes (`serves`), zeroed if `zero` (a span of
-/// fresh or purged slabs reads as zeros already), or null with errno
-/// ENOMEM.
-pub fn alloc(size: usize, zero: bool) -> *mut u8 {
-    let (head, clean) = span::take_span(size.div_ceil(SLAB_BYTES));
-    if head.is_null() {
-        return ptr::null_mut();
-    }
-    // SAFETY: the span's first slab, a descriptor in a live segment.
-    let p = unsafe { (*head).start() };
-    if zero && !clean {
+/// A medium block of `size` bytes (`serves`), or null with errno ENOMEM.
+pub fn alloc(size: usize) -> *mut u8 {
+    take(size).0
+}
+
+/// `alloc`, zeroed: a span of fresh or purged slabs reads as zeros already.
+pub fn alloc_zeroed(size: usize) -> *mut u8 {
+    let (p, clean) = take(size);
+    if !p.is_null() && !clean {
         // SAFETY: the span is ours and holds at least `size` bytes.
         unsafe { ptr::write_bytes(p, 0, size) };
     }
     p
+}
+
+/// A span for `size` bytes: its start and whether its slabs were all fresh
+/// or purged (zeros); null if none can be had.
+fn take(size: usize) -> (*mut u8, bool) {
+    let (head, clean) = span::take_span(size.div_ceil(SLAB_BYTES));
+    if head.is_null() {
+        return (ptr::null_mut(), false);
+    }
+    // SAFETY: the span's first slab, a descriptor in a live segment.
+    (unsafe { (*head).start() }, clean)
 }
 
 /// The bytes of the medium block that `p`, in `slab`, starts: its span's,
@@ -85,14 +94,15 @@ pub fn block_bytes(slab: &Slab, p: *mut u8) -> Option<usize> {
     (slab.state() == State::Span && slabs != 0 && p == slab.start()).then_some(slabs * SLAB_BYTES)
 }
 
-/// Whether the free of `p` is the free of a live medium block (then `free`
-/// it). `slab`, the slab of `p`, names the class heap with no sheaf and is
-/// not the heap profile's. False if it is not a medium block's slab (it was
-/// the heap profile's, back in its segment): the caller's free goes on.
-/// Stops the process at an address in a span that is not its block's
-/// start, and at the start of a span freed already.
+/// Checks the free of `p` against the medium block of its slab, `slab`,
+/// which names the class heap with no sheaf and is not the heap profile's:
+/// stops the process at an address in a span that is not its block's
+/// start, and at the start of a span freed already; else returns whether
+/// `p` is a live medium block (then `free` it), false if `slab` is no
+/// medium block's (it was a side heap's, back in its segment): the
+/// caller's free goes on.
 #[inline]
-pub fn is_block(slab: &Slab, p: *mut u8) -> bool {
+pub fn check_block(slab: &Slab, p: *mut u8) -> bool {
     let head = slab.span_slabs.get() != 0 && p == slab.start();
     match slab.state() {
         State::Span if head => true,
@@ -102,7 +112,7 @@ pub fn is_block(slab: &Slab, p: *mut u8) -> bool {
     }
 }
 
-/// Frees the medium block `p`, which starts `slab` (`is_block`). A second
+/// Frees the medium block `p`, which starts `slab` (`check_block`). A second
 /// free that lost the race to the first stops the process.
 pub fn free(slab: &Slab, p: *mut u8) {
     if !span::free_span(slab) {

@@ -14,6 +14,7 @@ use crate::heap::{owner_tag, DEAD, EMPTY};
 use crate::heap_start::with_slow_heap;
 use crate::medium;
 use crate::prof::sample;
+use crate::side_slabs::SideHeap;
 use crate::size_class::NO_SHEAF_OFFSET;
 use crate::slab::{self, double_free, Push, Slab};
 use crate::tls::current;
@@ -27,18 +28,18 @@ use crate::tls::current;
 #[inline(never)]
 pub fn free_slow(p: *mut u8, slab: &Slab) {
     // --- heap profile: a sampled block, in a slab of the profile heap.
-    if sample::owns(slab) {
+    if SideHeap::Profile.owns(slab) {
         return sample::free_sampled(slab, p);
     }
     // ---
     // A medium block, or debug mode's: their slabs send every free here,
     // as the profile's do (`medium`, `debug`).
     if slab.heap_offset.get() as usize == NO_SHEAF_OFFSET {
-        if debug::owns(slab) {
+        if SideHeap::Debug.owns(slab) {
             return debug::free(slab, p);
         }
-        if medium::is_block(slab, p) {
-            sample::free_large(p);
+        if medium::check_block(slab, p) {
+            sample::free_big(p);
             return medium::free(slab, p);
         }
     }

@@ -7,10 +7,12 @@
 //! other.
 //!
 //! 1. `heap::ORPHAN_LOCK` (the orphan heap: `heap_start::with_slow_heap`,
-//!    and debug mode's slabs, `debug`) or
+//!    and debug mode's slabs, `side_slabs`) or
 //!    `prof::table::PROF_LOCK` (the profile heap and its tables:
-//!    `prof::sample`), never both: a thread past its exit is not sampled,
-//!    the profile's blocks come from its own heap (in debug mode too).
+//!    `prof::sample`, `side_slabs`), never both: a thread past its exit is
+//!    not sampled, the profile's blocks come from its own heap (in debug
+//!    mode too), and the walk counts the profile's slabs before it takes
+//!    the orphan heap's lock.
 //! 2. One node lock (`node::NODES[class].lock`), never two at once: under
 //!    one, a slab is taken from or given back to its segment, and a purge
 //!    that falls due runs (`node::discard`, `purge::pass::slabs_freed`).

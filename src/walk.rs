@@ -14,6 +14,7 @@ use crate::large;
 use crate::node::NODES;
 use crate::os;
 use crate::segment;
+use crate::side_slabs::SideHeap;
 use crate::size_class::NUM_CLASSES;
 use crate::slab;
 use crate::stats;
@@ -56,6 +57,11 @@ pub struct Walk {
 
 /// Walks everything. See the module comment for when it may be called.
 pub fn walk() -> Walk {
+    // The heap profile's slabs are listed as a thread heap's partial slabs
+    // (the orphan heap's are counted with the heaps): counted first, under
+    // the profile's lock, which is never held with the orphan heap's.
+    let mut thread_partial = [0u64; NUM_CLASSES];
+    SideHeap::Profile.count_listed(&mut thread_partial);
     // The background purger flushes the barns through the orphan heap under
     // this lock: a walk between its take of a sheaf from a barn and the
     // sheaf's last block on its slab would count that block neither in the
@@ -64,7 +70,6 @@ pub fn walk() -> Walk {
     let _purger = heap::ORPHAN_LOCK.guard();
     let mut caches = [WalkedCache::default(); NUM_CLASSES];
     let mut detached = [0u64; NUM_CLASSES];
-    let mut thread_partial = [0u64; NUM_CLASSES];
     let mut sheaves = [0u64; NUM_CLASSES];
     heap::walk_heaps(&mut detached, &mut thread_partial, &mut sheaves);
     for (class, node) in NODES.iter().enumerate() {

@@ -340,3 +340,42 @@ fn frees_in_a_row_into_a_listed_slab_take_it_from_the_node() {
     drop((blocks, warm));
     assert_walk_agrees();
 }
+
+/// The heap profile's slabs are listed as a thread heap's partial slabs
+/// (`src/side_slabs.rs`), and the walk counts them: with every block
+/// sampled, the walk agrees with the counters, partial slabs and all.
+#[test]
+fn stats_agree_with_a_full_walk_when_the_heap_profile_samples_every_block() {
+    let Some(_fresh) = crate::fresh_process_with(&[
+        ("SLUBMALLOC_PROF", "1"),
+        ("SLUBMALLOC_PROF_RATE", "1"),
+        ("SLUBMALLOC_PROF_FILE", "/dev/null"),
+    ]) else {
+        return;
+    };
+    let handles: Vec<_> = (0..2)
+        .map(|t| {
+            thread::spawn(move || {
+                let mut kept: Vec<Box<[u8]>> = (0..4000)
+                    .map(|i| vec![t as u8; 16 + (i % 7) * 40].into_boxed_slice())
+                    .collect();
+                // Every other block freed: the slabs keep free blocks.
+                let mut i = 0;
+                kept.retain(|_| {
+                    i += 1;
+                    i % 2 == 0
+                });
+                kept
+            })
+        })
+        .collect();
+    let survivors: Vec<Vec<Box<[u8]>>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let listed = slubmalloc::stats()
+        .caches()
+        .map(|c| c.thread_partial_slabs)
+        .sum::<u64>();
+    assert!(listed > 0, "the profile's slabs were not listed");
+    assert_walk_agrees();
+    drop(survivors);
+    assert_walk_agrees();
+}
