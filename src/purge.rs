@@ -10,7 +10,7 @@
 //! waits above the segments (`give_back_before_purge`: the barns' blocks
 //! to their slabs, the node lists' empty slabs to their segments).
 //!
-//! Purging happens in eight places, and trimming in two. A purge is asked
+//! Purging happens in nine places, and trimming in two. A purge is asked
 //! for with `schedule` (a no-op while one is pending) and run once per
 //! deadline by whoever claims it first (`take_due`, `pass::claim_due`):
 //! - slabs back in their segment (`node::discard`, and
@@ -25,6 +25,9 @@
 //!   a delay before;
 //! - `segment::span::take_span` (a medium block's slabs taken): runs it if
 //!   due, as a slab back in its segment does;
+//! - a slab taken for a cold class's shared slabs (`shared`) or a side
+//!   heap (`side_slabs`: debug mode's, the heap profile's): runs it if
+//!   due (`pass::purge_if_due`), under a node lock or the side heap's;
 //! - `refill::refill_and_pop` (the allocation slow path, no allocator lock
 //!   held but maybe the orphan heap's): runs it if due, after
 //!   `give_back::give_back_before_purge` (`give_back::purge_if_due`);

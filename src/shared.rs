@@ -15,6 +15,7 @@ use core::ptr;
 use crate::heap::Heap;
 use crate::node::NODES;
 use crate::options;
+use crate::purge::pass;
 use crate::segment;
 
 /// Objects a thread takes from shared slabs per class before the class gets
@@ -57,7 +58,9 @@ fn take_shared(class: usize) -> *mut u8 {
     if !p.is_null() {
         return p;
     }
-    // A node lock, then the segments' (the lock order: `sync`).
+    // A node lock, then the segments' (the lock order: `sync`); a purge
+    // that is due runs first, as before any slab a path takes.
+    pass::purge_if_due();
     let s = segment::alloc_slab();
     if s.is_null() {
         return ptr::null_mut();

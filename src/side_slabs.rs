@@ -30,6 +30,7 @@ use crate::heap::{
 };
 use crate::node::{self, NODES};
 use crate::prof::table::TABLES;
+use crate::purge::pass;
 use crate::segment;
 use crate::size_class::{NO_SHEAF_OFFSET, NUM_CLASSES};
 use crate::slab::Slab;
@@ -117,6 +118,8 @@ impl SideHeap {
         let mut s = c.partial.first();
         if s.is_null() {
             self.give_back_idle(heap, now);
+            // A purge that is due runs first, as before any slab a path takes.
+            pass::purge_if_due();
             s = segment::alloc_slab();
             if s.is_null() {
                 return (core::ptr::null_mut(), false);
