@@ -28,17 +28,14 @@ use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering
 
 /// Slabs a thread keeps on its partial list per class, besides the active one;
 /// past it the oldest goes to the node list. Most are nearly full and a slab
-/// that empties leaves at once, so holding them costs little memory. larson
-/// (2 threads, 10,000 blocks of 16..1024 bytes each) needs about 17 slabs of
-/// its biggest classes per thread, and ran slower with 16.
+/// that empties leaves at once, so holding them costs little memory.
+/// (bench/report/HISTORY.md has the measurement behind the number.)
 pub const MAX_THREAD_PARTIAL: u32 = 32;
 
 /// Allocations the heap makes, of any class, with none of a class, before
 /// that class's empty active slab may go back: a class used a little but
-/// regularly keeps its slab. Counted in slabs taken instead (a class with no
-/// allocation over the last two), a slab given back was soon taken again
-/// (`churn` took more than ten times the slabs, with more time and memory).
-/// Debug mode keeps its classes' empty slabs by the same count (`debug`).
+/// regularly keeps its slab. Debug mode keeps its classes' empty slabs by
+/// the same count (`debug`).
 pub const IDLE_ALLOCS: u32 = 4096;
 
 /// Per class: the fast paths' state and this thread's counters for the

@@ -9,7 +9,7 @@ use crate::background;
 use crate::counters::Ev;
 use crate::debug;
 use crate::freelist;
-use crate::heap::{owner_tag, Heap, DEAD, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
+use crate::heap::{owner_tag, Heap, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
 use crate::heap_start::{create_heap, with_slow_heap};
 use crate::large;
 use crate::node::NODES;
@@ -21,7 +21,7 @@ use crate::shared;
 use crate::sheaf;
 use crate::sheaf_budget;
 use crate::sync::Ordering;
-use crate::tls::current;
+use crate::tls::{current, own_heap};
 
 /// The allocation slow path: the class's free list is empty (or the thread
 /// has no heap yet, or debug mode, whose thread heaps own no slab). The
@@ -34,9 +34,7 @@ pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     // No allocator lock is held here (see `background`).
     background::start_if_wanted();
     // --- heap profile: allocations that miss the fast path count down too.
-    let heap = current();
-    // SAFETY: a heap that is neither static one is this thread's own.
-    if heap != EMPTY && heap != DEAD && unsafe { (*heap).prof_count(size) } {
+    if own_heap().is_some_and(|heap| heap.prof_count(size)) {
         let me = alloc_slow as *const () as usize;
         let p = sample::sample_small(class, size, align, me);
         if !p.is_null() {

@@ -52,13 +52,13 @@ use crate::barn;
 use crate::counters::Ev;
 use crate::free::{free_owned_run, free_unowned_run};
 use crate::freelist::{self, set_sheaf_tag, take_sheaf_block, SheafBlock, HARDENING};
-use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
+use crate::heap::{ClassHeap, Heap};
 use crate::os;
 use crate::purge;
 use crate::segment::{self, slab_of};
 use crate::size_class::{SHEAF_CAP, SHEAF_MAX};
 use crate::sync::{invariant, Ordering};
-use crate::tls::current;
+use crate::tls::{current, own_heap};
 
 // ---------------------------------------------------------------------------
 // The fast paths' operations
@@ -276,12 +276,9 @@ pub fn flush_all(heap: &Heap) {
 /// Flushes the calling thread's sheaves, then the barns (`malloc_trim`,
 /// `trim`).
 pub fn flush_current() {
-    let heap = current();
-    if heap == EMPTY || heap == DEAD {
+    let Some(heap) = own_heap() else {
         return;
-    }
-    // SAFETY: a created heap lives until this thread's destructor.
-    let heap = unsafe { &*heap };
+    };
     flush_all(heap);
     flush_barns(heap);
 }
@@ -313,12 +310,12 @@ pub fn flush_barns(heap: &Heap) {
 /// double free that no pop or flush met still stops the process. The tags
 /// are put back after: destructors that run later may still allocate.
 extern "C" fn check_at_exit() {
-    let heap = current();
-    if !HARDENING || heap == EMPTY || heap == DEAD {
+    if !HARDENING {
         return;
     }
-    // SAFETY: a created heap lives until this thread's destructor.
-    let heap = unsafe { &*heap };
+    let Some(heap) = own_heap() else {
+        return;
+    };
     let secret = heap.secret.get();
     for (class, c) in heap.classes.iter().enumerate() {
         if !heap.is_warm(class) {

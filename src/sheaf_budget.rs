@@ -25,11 +25,11 @@
 //! the fast paths only compare a sheaf's length with its capacity.
 
 use crate::counters::{global, Ev};
-use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
+use crate::heap::{ClassHeap, Heap};
 use crate::sheaf::flush_oldest;
 use crate::size_class::{CLASS_BYTES, SHEAF_CAP, SHEAF_START, SHEAF_THREAD_START_BYTES};
 use crate::sync::{invariant, Ordering};
-use crate::tls::current;
+use crate::tls::own_heap;
 
 /// The most budget one thread holds.
 const THREAD_MAX_BYTES: usize = 1 << 20;
@@ -115,9 +115,9 @@ fn take_budget(heap: &Heap) -> bool {
     true
 }
 
-/// Gives the steps of `heap`'s budget that its capacities do not use back
+/// Returns the steps of `heap`'s budget that its capacities do not use
 /// to the pool.
-fn give_back_budget(heap: &Heap) {
+fn return_unused_budget(heap: &Heap) {
     let mut taken = heap.sheaf_taken.get();
     while taken != 0 && SHEAF_THREAD_START_BYTES + taken - BUDGET_STEP >= heap.sheaf_bytes.get() {
         taken -= BUDGET_STEP;
@@ -163,30 +163,27 @@ fn scavenge(heap: &Heap) {
         }
     }
     heap.sheaf_scavenged_at.set(tick);
-    give_back_budget(heap);
+    return_unused_budget(heap);
 }
 
 /// The thread goes idle (`thread_idle`) or exits, its sheaves flushed:
 /// every warm class's capacity back to its start, or to 0 at exit (`keep`
 /// false), and its budget beyond the start back to the pool.
-pub fn release(heap: &Heap, keep: bool) {
+pub fn return_to_pool(heap: &Heap, keep: bool) {
     for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
         invariant!(c.sheaf_len.get() == 0);
         if c.sheaf_cap.get() != 0 {
             heap.set_sheaf_cap(class, if keep { start } else { 0 });
         }
     }
-    give_back_budget(heap);
+    return_unused_budget(heap);
     invariant!(heap.sheaf_taken.get() == 0);
 }
 
-/// `release` for the calling thread, its sheaves flushed, keeping the
+/// `return_to_pool` for the calling thread, its sheaves flushed, keeping the
 /// start capacities (`thread_idle`).
-pub fn release_current() {
-    let heap = current();
-    if heap == EMPTY || heap == DEAD {
-        return;
+pub fn return_to_pool_current() {
+    if let Some(heap) = own_heap() {
+        return_to_pool(heap, true);
     }
-    // SAFETY: a created heap lives until this thread's destructor.
-    release(unsafe { &*heap }, true);
 }
