@@ -80,14 +80,14 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         }
         let n = sheaf::fill_from_barn(heap, class);
         if n != 0 {
-            if n == c.sheaf_cap.get() {
+            if n == c.sheaf().cap() {
                 // The barn had a whole sheaf for it: the thread allocates
                 // what others free, and its next take may bring more.
                 sheaf_budget::refilled_whole(heap, class);
             }
             // Popped as the fast path pops (a heap of this thread's: its
             // secret is set).
-            return sheaf::pop(c, n, heap.secret.get());
+            return c.sheaf().pop(n, heap.secret.get(), &c.ev);
         }
         if !refill(heap, class) {
             return ptr::null_mut();
