@@ -21,7 +21,7 @@
 //! the process does (`check_at_exit`).
 //!
 //! Where a block of a slab can be, and who moves it on (the sheaf's
-//! operations, in this file, are the rows that name one):
+//! operations, in this file and `Sheaf`'s, are the rows that name one):
 //!
 //! | state | held in | moved on by |
 //! |---|---|---|
@@ -120,8 +120,7 @@ pub fn fill_from_barn(heap: &Heap, class: usize) -> u32 {
 /// or listed slab) each by the free into its slab.
 pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
     let sheaf = c.sheaf();
-    invariant!(n <= sheaf.len());
-    flush_blocks(heap, &sheaf.blocks()[..n as usize]);
+    flush_blocks(heap, sheaf.oldest(n));
     sheaf.drop_oldest(n);
     c.ev.add(Ev::SheafFlushed, n as u64);
 }

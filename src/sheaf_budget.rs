@@ -53,8 +53,7 @@ pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
         grow(heap, class);
     }
     let window = SCAVENGE_OVERFLOWS * heap.warm_classes().count_ones().max(4);
-    let (last, _) = heap.sheaf_budget.since_scavenge();
-    if tick.wrapping_sub(last) >= window {
+    if tick.wrapping_sub(heap.sheaf_budget.scavenged_at()) >= window {
         scavenge(heap);
     }
 }
@@ -106,7 +105,8 @@ fn shrink(heap: &Heap, class: usize, cap: u32) {
 /// tcache GC flushes by that low-water mark); returns unused budget to the
 /// pool.
 fn scavenge(heap: &Heap) {
-    let (last, tick) = heap.sheaf_budget.since_scavenge();
+    let last = heap.sheaf_budget.scavenged_at();
+    let tick = heap.sheaf_budget.overflows();
     for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
         let sheaf = c.sheaf();
         let cap = sheaf.cap();

@@ -4,8 +4,9 @@
 //! capacity its classes hold, and the budget it took from the process's
 //! pool for them). The fields are private: these types are the only way to
 //! them. What moves blocks in and out of a sheaf is `sheaf`'s; how big a
-//! sheaf grows is `sheaf_budget`'s. Both types sit in `heap::ClassHeap` and
-//! `heap::Heap`, below the modules that use them.
+//! sheaf grows is `sheaf_budget`'s. `heap::ClassHeap` and `heap::Heap`
+//! embed these types, so this module sits below `heap` (and `sheaf` and
+//! `sheaf_budget`, which use `heap`, cannot hold them).
 
 use core::cell::Cell;
 use core::ptr;
@@ -170,6 +171,12 @@ impl<'a> Sheaf<'a> {
         &self.body.slots[1..=self.len() as usize]
     }
 
+    /// Its `n` oldest blocks (the bottom ones; `n` at most its length).
+    pub fn oldest(self, n: u32) -> &'a [Cell<*mut u8>] {
+        invariant!(n <= self.len());
+        &self.body.slots[1..=n as usize]
+    }
+
     /// Its slots up to its capacity, for an empty sheaf to be filled
     /// (`filled`).
     pub fn room(self) -> &'a [Cell<*mut u8>] {
@@ -226,7 +233,11 @@ impl<'a> Sheaf<'a> {
     /// since its last overflow.
     pub fn overflowed(self, tick: u32, misses: u64) -> bool {
         self.body.used.set(tick);
-        self.body.demand.replace(misses) != misses
+        let missed = misses != self.body.demand.get();
+        if missed {
+            self.body.demand.set(misses);
+        }
+        missed
     }
 
     /// Whether the class neither overflowed nor missed since the heap's
@@ -377,9 +388,14 @@ impl SheafBudget {
         tick
     }
 
-    /// The overflow count at the last scavenge, and now.
-    pub fn since_scavenge(&self) -> (u32, u32) {
-        (self.scavenged_at.get(), self.overflows.get())
+    /// The overflow count now.
+    pub fn overflows(&self) -> u32 {
+        self.overflows.get()
+    }
+
+    /// The overflow count at the last scavenge.
+    pub fn scavenged_at(&self) -> u32 {
+        self.scavenged_at.get()
     }
 
     /// A scavenge ran at overflow count `tick`.
