@@ -342,6 +342,6 @@ pub fn trim() {
 /// allocation of a class refills as after a thread's start.
 pub fn thread_idle() {
     sheaf::flush_current();
-    sheaf_budget::release_current();
+    sheaf_budget::return_to_pool_current();
     release::flush_current();
 }

@@ -43,7 +43,8 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     // SAFETY: `heap` is this thread's heap or a static one; `scaled` is a
     // class's offset, below `NUM_CLASSES * CLASS_SCALE`.
     let c = unsafe { (*heap).class_at(scaled) };
-    let len = c.sheaf_len.get();
+    let sheaf = c.sheaf();
+    let len = sheaf.len();
     if len != 0 {
         // --- heap profile: the byte countdown (a `sub` to memory and a
         // `js`); only a thread's own heap gets here (the static ones have
@@ -55,7 +56,7 @@ pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
         // ---
         // SAFETY: a heap with a sheaf is a thread's own, whose `secret` is
         // set.
-        return sheaf::pop(c, len, unsafe { (*heap).secret.get() });
+        return sheaf.pop(len, unsafe { (*heap).secret.get() }, &c.ev);
     }
     let obj = c.detached.get();
     if obj.is_null() {
@@ -173,15 +174,16 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     // (an instruction on every free: `ci/callgrind.sh`).
     // SAFETY: the same reference.
     let c = unsafe { &*(opaque(c as *const ClassHeap as usize) as *const ClassHeap) };
-    let len = c.sheaf_len.get();
-    if len >= c.sheaf_cap.get() {
+    let sheaf = c.sheaf();
+    let len = sheaf.len();
+    if len >= sheaf.cap() {
         // No sheaf (a cold class, a static heap, the slabs of the heap
         // profile, of medium blocks and of debug mode): the free into the
         // slab. A class heap without a sheaf has an empty one (its
         // capacity drops to 0 only while it is empty), a full sheaf holds
         // a block at least: the length tells them apart, so the capacity
         // is only compared, not kept in a register.
-        invariant!((len == 0) == (c.sheaf_cap.get() == 0));
+        invariant!((len == 0) == (sheaf.cap() == 0));
         if len == 0 {
             return free_to_slab(p, heap);
         }
@@ -194,7 +196,7 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
     }
     // SAFETY: a heap with a sheaf is a thread's own, whose `secret` is set.
     let secret = unsafe { (*heap).secret.get() };
-    if HARDENING && sheaf::top(c, len) == p {
+    if HARDENING && sheaf.top(len) == p {
         return stop_double_free(p);
     }
     if HARDENING {
@@ -202,7 +204,7 @@ fn free_to_class(p: *mut u8, heap: *mut Heap, slab: &Slab, c: &ClassHeap) {
         // sheaf has blocks of 16 bytes or more.
         unsafe { set_sheaf_tag(secret, p) };
     }
-    sheaf::push(c, len, p);
+    sheaf.push(len, p);
     c.ev.inc(Ev::FreeSheaf);
 }
 
@@ -227,7 +229,7 @@ fn free_no_room(p: *mut u8) {
     // SAFETY: a heap with a sheaf is a thread's own, live heap.
     let heap_ref = unsafe { &*heap };
     sheaf_budget::overflowed(heap_ref, c, class);
-    if c.sheaf_len.get() < c.sheaf_cap.get() {
+    if c.sheaf().len() < c.sheaf().cap() {
         // The sheaf grew: the thread reuses what it frees.
         // SAFETY: as for `free`; the sheaf has room.
         return unsafe { free(p) };

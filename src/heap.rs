@@ -12,6 +12,7 @@
 //! `ORPHAN_LOCK`.
 
 use core::cell::Cell;
+use core::mem::offset_of;
 use core::ptr;
 
 use crate::counters::{Counters, Ev};
@@ -20,51 +21,40 @@ use crate::list::{Linked, List};
 use crate::os;
 use crate::purge;
 use crate::segment::SLAB_BYTES;
-use crate::size_class::{
-    CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_CAP, SHEAF_MAX, SHEAF_START,
-};
+use crate::sheaf_state::{Sheaf, SheafBody, SheafBudget, SheafHead};
+use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_START};
 use crate::slab::Slab;
 use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering};
 
 /// Slabs a thread keeps on its partial list per class, besides the active one;
 /// past it the oldest goes to the node list. Most are nearly full and a slab
-/// that empties leaves at once, so holding them costs little memory. larson
-/// (2 threads, 10,000 blocks of 16..1024 bytes each) needs about 17 slabs of
-/// its biggest classes per thread, and ran slower with 16.
+/// that empties leaves at once, so holding them costs little memory.
+/// (bench/report/HISTORY.md has the measurement behind the number.)
 pub const MAX_THREAD_PARTIAL: u32 = 32;
 
 /// Allocations the heap makes, of any class, with none of a class, before
 /// that class's empty active slab may go back: a class used a little but
-/// regularly keeps its slab. Counted in slabs taken instead (a class with no
-/// allocation over the last two), a slab given back was soon taken again
-/// (`churn` took more than ten times the slabs, with more time and memory).
-/// Debug mode keeps its classes' empty slabs by the same count (`debug`).
+/// regularly keeps its slab. Debug mode keeps its classes' empty slabs by
+/// the same count (`debug`).
 pub const IDLE_ALLOCS: u32 = 4096;
 
 /// Per class: the fast paths' state and this thread's counters for the
 /// class, 512 bytes (`CLASS_SCALE`), eight cache lines. The first holds the
-/// sheaf's length, the active slab, the detached list and the counters of
-/// the fast paths, so that an allocation and a free through the sheaf touch
-/// it and one line of the sheaf, and through the detached list it alone.
+/// sheaf's length and capacity (`sheaf_head`), the active slab, the
+/// detached list and the counters of the fast paths, so that an allocation
+/// and a free through the sheaf touch it and one line of the sheaf's slots
+/// (`sheaf_body`), and through the detached list it alone.
 #[repr(C, align(64))]
 pub struct ClassHeap {
-    /// Blocks in the sheaf: `sheaf[1..=sheaf_len]`, the top last.
-    pub sheaf_len: Cell<u32>,
-    /// The sheaf's capacity while the class is warm in a thread's heap,
-    /// sized by demand (`sheaf_budget`), from `size_class::SHEAF_START` up
-    /// to `SHEAF_CAP`; else 0, so that every free of the class finds the
-    /// sheaf full and takes the slow path. Set by `Heap::set_sheaf_cap`.
-    pub sheaf_cap: Cell<u32>,
+    /// The sheaf's words the fast paths read: reached through `sheaf`.
+    sheaf_head: SheafHead,
     pub active: Cell<*mut Slab>,
     /// Free objects of `active`, detached from it: the allocation fast
     /// path when the sheaf is empty.
     pub detached: Cell<*mut u8>,
     pub ev: Counters,
-    /// The sheaf (`sheaf`): blocks of the class this thread freed, from any
-    /// slab, handed out again last in, first out.
-    /// `sheaf[0]` stays null, so that the free fast path compares the block
-    /// with the top (`sheaf[sheaf_len]`) without testing for an empty sheaf.
-    pub sheaf: [Cell<*mut u8>; SHEAF_MAX + 1],
+    /// The sheaf's slots and the rest of it: reached through `sheaf`.
+    sheaf_body: SheafBody,
     /// Thread partial list (a slab that empties leaves from the middle):
     /// refills take the head; slabs that just got their first free join at
     /// the tail, so they gather more frees before their turn.
@@ -79,14 +69,12 @@ pub struct ClassHeap {
     /// (descriptors are 128 bytes apart): the `ADOPT_AFTER_FREES`th adopts
     /// it (`free::ClassFreer::adopts_listed`, `node::Node::free_unowned`).
     pub last_listed_free: Cell<usize>,
-    /// The class's `misses` at its sheaf's last overflow: an overflow that
-    /// finds them changed follows a miss (`sheaf_budget`).
-    pub sheaf_demand: Cell<u64>,
-    /// The heap's `sheaf_overflows` at the class's last overflow.
-    pub sheaf_used: Cell<u32>,
 }
 
 const _: () = assert!(core::mem::size_of::<ClassHeap>() == crate::size_class::CLASS_SCALE);
+// The sheaf's length first, its capacity beside it: the fast paths read
+// them with no displacement and one of 8 bits.
+const _: () = assert!(offset_of!(ClassHeap, sheaf_head) == 0);
 // `Slab::heap_offset` holds a class's offset in a heap (or the no-sheaf
 // one after them) in 16 bits.
 const _: () = assert!(NO_SHEAF_OFFSET <= u16::MAX as usize);
@@ -134,16 +122,9 @@ pub struct Heap {
     pub idle_allocs: [Cell<u32>; NUM_CLASSES],
     pub idle_since: [Cell<u32>; NUM_CLASSES],
     pub idle_frees: [Cell<u32>; NUM_CLASSES],
-    /// The bytes of sheaf capacity the warm classes hold beyond their
-    /// starts, and the budget the heap took from the process's pool
-    /// (`sheaf_budget`): they may hold `SHEAF_THREAD_START_BYTES` more than
-    /// it. Both 0 in a heap just mapped.
-    pub sheaf_bytes: Cell<usize>,
-    pub sheaf_taken: Cell<usize>,
-    /// The sheaves' overflows, and their count at the last scavenge
-    /// (`sheaf_budget`): the clock of their capacities.
-    pub sheaf_overflows: Cell<u32>,
-    pub sheaf_scavenged_at: Cell<u32>,
+    /// The account of the sheaves' capacities (`sheaf_budget`); all 0 in a
+    /// heap just mapped.
+    pub sheaf_budget: SheafBudget,
 }
 
 const _: () = assert!(NUM_CLASSES <= 64, "`Heap::warm` has a bit per class");
@@ -203,6 +184,12 @@ impl ClassHeap {
         self.partial.take_all()
     }
 
+    /// The class's sheaf (`sheaf_state`).
+    #[inline(always)]
+    pub fn sheaf(&self) -> Sheaf<'_> {
+        Sheaf::of(&self.sheaf_head, &self.sheaf_body)
+    }
+
     /// The class's allocations that found its sheaf empty: those of the
     /// detached list, and the sheaves taken from the barn (each one empty
     /// sheaf refilled).
@@ -212,18 +199,15 @@ impl ClassHeap {
 
     const fn new() -> Self {
         ClassHeap {
-            sheaf_len: Cell::new(0),
-            sheaf_cap: Cell::new(0),
+            sheaf_head: SheafHead::new(),
             active: Cell::new(ptr::null_mut()),
             detached: Cell::new(ptr::null_mut()),
             ev: Counters::new(),
-            sheaf: [const { Cell::new(ptr::null_mut()) }; SHEAF_MAX + 1],
+            sheaf_body: SheafBody::new(),
             partial: List::new(),
             partial_count: Cell::new(0),
             returned: AtomicPtr::new(ptr::null_mut()),
             last_listed_free: Cell::new(0),
-            sheaf_demand: Cell::new(0),
-            sheaf_used: Cell::new(0),
         }
     }
 }
@@ -257,8 +241,7 @@ impl Heap {
         for (class, c) in self.classes.iter().enumerate() {
             if self.is_warm(class) {
                 // Flushed when its last thread exited.
-                invariant!(c.sheaf_len.get() == 0);
-                c.sheaf_cap.set(0);
+                c.sheaf().close();
                 c.detached.set(ptr::null_mut());
                 c.active.set(ptr::null_mut());
                 c.partial.clear();
@@ -275,13 +258,7 @@ impl Heap {
             self.idle_frees[class].set(0);
         }
         self.warm.set(0);
-        // Its thread's exit left the capacities and the budget taken at 0;
-        // a thread lost in a fork left them as they were (the pool's steps
-        // it held stay taken in the child).
-        self.sheaf_bytes.set(0);
-        self.sheaf_taken.set(0);
-        self.sheaf_overflows.set(0);
-        self.sheaf_scavenged_at.set(0);
+        self.sheaf_budget.reset();
         self.next.set(ptr::null_mut());
         self.prev.set(ptr::null_mut());
     }
@@ -317,8 +294,9 @@ impl Heap {
         self.warm.set(self.warm.get() | 1 << class);
         if self.is_thread_heap() {
             let c = &self.classes[class];
-            c.sheaf_demand.set(c.misses());
-            self.set_sheaf_cap(class, SHEAF_START[class]);
+            let start = SHEAF_START[class];
+            c.sheaf().open(start, c.misses());
+            self.sheaf_budget.charge(class, 0, start, &c.ev);
         }
         // Relaxed: nothing is published; a give-back that still reads
         // CLOSED adopts its slab instead, as it would have before.
@@ -346,27 +324,8 @@ impl Heap {
             idle_allocs: [const { Cell::new(0) }; NUM_CLASSES],
             idle_since: [const { Cell::new(0) }; NUM_CLASSES],
             idle_frees: [const { Cell::new(0) }; NUM_CLASSES],
-            sheaf_bytes: Cell::new(0),
-            sheaf_taken: Cell::new(0),
-            sheaf_overflows: Cell::new(0),
-            sheaf_scavenged_at: Cell::new(0),
+            sheaf_budget: SheafBudget::new(),
         }
-    }
-
-    /// Sets `class`'s sheaf capacity to `cap` (its blocks fit in it),
-    /// charging what lies beyond the class's start to the heap's sheaf
-    /// bytes, and counting it.
-    pub fn set_sheaf_cap(&self, class: usize, cap: u32) {
-        let c = &self.classes[class];
-        let old = c.sheaf_cap.get();
-        invariant!(c.sheaf_len.get() <= cap && cap <= SHEAF_CAP[class]);
-        let bytes = |blocks: u32| {
-            blocks.saturating_sub(SHEAF_START[class]) as usize * CLASS_BYTES[class] as usize
-        };
-        self.sheaf_bytes
-            .set(self.sheaf_bytes.get() - bytes(old) + bytes(cap));
-        c.sheaf_cap.set(cap);
-        c.ev.add(Ev::SheafCapacity, (cap as u64).wrapping_sub(old as u64));
     }
 
     /// The allocation fast path's profile countdown: subtracts `size` from
@@ -538,7 +497,7 @@ pub fn walk_heaps(
                 let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
                 detached[class] += freelist::list_len(c.detached.get(), bound) as u64;
                 thread_partial[class] += c.partial.iter().count() as u64;
-                sheaves[class] += c.sheaf_len.get() as u64;
+                sheaves[class] += c.sheaf().len() as u64;
             }
         };
         visit(orphan_heap());

@@ -17,7 +17,7 @@ pub extern "C" fn thread_exit(arg: *mut sys::c_void) {
     // While the heap is still the thread's: the blocks go back to their
     // slabs as its frees, not the orphan heap's.
     sheaf::flush_all(h);
-    sheaf_budget::release(h, false);
+    sheaf_budget::return_to_pool(h, false);
     // And the barns: what the threads left there goes back to its slabs
     // at each exit (a program whose threads have exited keeps nothing
     // there; threads that allocate what others free fill them again).

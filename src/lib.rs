@@ -139,6 +139,7 @@ mod segment;
 mod shared;
 mod sheaf;
 mod sheaf_budget;
+mod sheaf_state;
 mod side_slabs;
 mod size_class;
 mod slab;

@@ -9,7 +9,7 @@ use crate::background;
 use crate::counters::Ev;
 use crate::debug;
 use crate::freelist;
-use crate::heap::{owner_tag, Heap, DEAD, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
+use crate::heap::{owner_tag, Heap, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
 use crate::heap_start::{create_heap, with_slow_heap};
 use crate::large;
 use crate::node::NODES;
@@ -23,7 +23,7 @@ use crate::shared;
 use crate::sheaf;
 use crate::sheaf_budget;
 use crate::sync::Ordering;
-use crate::tls::current;
+use crate::tls::{current, own_heap};
 
 /// The allocation slow path: the class's free list is empty (or the thread
 /// has no heap yet, or debug mode, whose thread heaps own no slab). The
@@ -36,9 +36,7 @@ pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     // No allocator lock is held here (see `background`).
     background::start_if_wanted();
     // --- heap profile: allocations that miss the fast path count down too.
-    let heap = current();
-    // SAFETY: a heap that is neither static one is this thread's own.
-    if heap != EMPTY && heap != DEAD && unsafe { (*heap).prof_count(size) } {
+    if own_heap().is_some_and(|heap| heap.prof_count(size)) {
         let me = alloc_slow as *const () as usize;
         let p = sample::sample_small(class, size, align, me);
         if !p.is_null() {
@@ -81,14 +79,14 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         }
         let n = sheaf::fill_from_barn(heap, class);
         if n != 0 {
-            if n == c.sheaf_cap.get() {
+            if n == c.sheaf().cap() {
                 // The barn had a whole sheaf for it: the thread allocates
                 // what others free, and its next take may bring more.
                 sheaf_budget::refilled_whole(heap, class);
             }
             // Popped as the fast path pops (a heap of this thread's: its
             // secret is set).
-            return sheaf::pop(c, n, heap.secret.get());
+            return c.sheaf().pop(n, heap.secret.get(), &c.ev);
         }
         if !refill(heap, class) {
             return ptr::null_mut();

@@ -8,11 +8,11 @@ use core::ptr;
 
 use crate::counters::Ev;
 use crate::freelist;
-use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
+use crate::heap::{ClassHeap, Heap};
 use crate::node::{self, NODES};
 use crate::slab::{Slab, CLOSED};
 use crate::sync::{invariant, Ordering};
-use crate::tls::current;
+use crate::tls::own_heap;
 
 /// A slab that was FULL and is ours again joins the partial list, unless its
 /// objects were all freed meanwhile (by us, its owner): then it leaves now.
@@ -164,9 +164,7 @@ pub fn flush(heap: &Heap, closing: bool) {
 
 /// Flushes the calling thread's heap (for `malloc_trim`).
 pub fn flush_current() {
-    let heap = current();
-    if heap != EMPTY && heap != DEAD {
-        // SAFETY: a created heap lives until this thread's destructor.
-        flush(unsafe { &*heap }, false);
+    if let Some(heap) = own_heap() {
+        flush(heap, false);
     }
 }

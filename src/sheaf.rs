@@ -1,13 +1,12 @@
 //! Sheaves: per thread and warm class, a bounded stack of blocks the thread
 //! freed, from any slab, whoever owns it, in front of the active slab
-//! (Linux's percpu sheaves, SLUB's default since 7.0), and their
-//! operations: the fast paths' push and pop, the room a full sheaf makes
-//! (to the barn, or its older half back to the slabs), an empty sheaf
-//! filled from the barn, the flush of a sheaf or a barn back to the
-//! blocks' slabs, and the checks of blocks leaving a sheaf. How many
-//! blocks a sheaf may hold is `sheaf_budget`'s; where the blocks live is
-//! `heap::ClassHeap`'s (`sheaf`, `sheaf_len`, `sheaf_cap`: on the line the
-//! fast paths read).
+//! (Linux's percpu sheaves, SLUB's default since 7.0), and their slow
+//! paths' operations: the room a full sheaf makes (to the barn, or its
+//! older half back to the slabs), an empty sheaf filled from the barn, the
+//! flush of a sheaf or a barn back to the blocks' slabs, and the checks of
+//! blocks leaving a sheaf. The sheaf itself, its invariants, its gate and
+//! the fast paths' push and pop, is `sheaf_state::Sheaf`
+//! (`ClassHeap::sheaf`); how many blocks it may hold is `sheaf_budget`'s.
 //!
 //! A free into a sheaf reads nothing of the block: it writes the block's
 //! tag into its second word (`freelist::sheaf_tag`) and compares the block
@@ -22,7 +21,7 @@
 //! the process does (`check_at_exit`).
 //!
 //! Where a block of a slab can be, and who moves it on (the sheaf's
-//! operations, in this file, are the rows that name one):
+//! operations, in this file and `Sheaf`'s, are the rows that name one):
 //!
 //! | state | held in | moved on by |
 //! |---|---|---|
@@ -30,20 +29,14 @@
 //! | on the detached list | `ClassHeap::detached` (the owner's active slab) | the allocation fast path hands it out; giving the slab up puts the list back on the slab |
 //! | on a slab's local list | `Slab::local_free` | the owner's refill (onto the detached list), a listed slab's allocation under the node lock |
 //! | on a slab's remote list | the slab's state word | the owner takes the whole list onto the local one |
-//! | handed out | the program | a free: onto the thread's sheaf (`fastpath::free`, with `push`), or into its slab (`fastpath::free_to_slab`, `remote_free::free_slow`) |
-//! | in a sheaf | `ClassHeap::sheaf[1..=sheaf_len]`, its tag in its second word | `pop` hands it out; `flush_oldest` makes it part of a flush run; `make_room` puts a full sheaf whole into the barn; a shrunk capacity flushes the oldest (`sheaf_budget`) |
+//! | handed out | the program | a free: onto the thread's sheaf (`fastpath::free`, with `Sheaf::push`), or into its slab (`fastpath::free_to_slab`, `remote_free::free_slow`) |
+//! | in a sheaf | `Sheaf::blocks` of its class heap, its tag in its second word | `Sheaf::pop` hands it out; `flush_oldest` makes it part of a flush run; `make_room` puts a full sheaf whole into the barn; a shrunk capacity flushes the oldest (`sheaf_budget`) |
 //! | in a barn | `barn::BARNS[class]`, under its lock | an empty sheaf takes it (`fill_from_barn`); `flush_barns` makes it part of a flush run |
 //! | in a flush run | `flush_blocks`' runs of one slab, checked | linked onto its slab's local list (the owner) or remote list (anyone else) |
 //! | a debug-mode block | a slab the orphan heap keeps off the sheaves, poisoned while free | `debug::alloc` and `debug::free` alone: no sheaf holds it |
 //!
-//! A sheaf's capacity (`ClassHeap::sheaf_cap`) is 0 when its class heap
-//! has no sheaf: a class cold in the thread (its blocks come from shared
-//! slabs), a static heap (before the thread's heap exists, and after its
-//! exit; the orphan heap's classes, warm or not: `Heap::is_thread_heap`),
-//! and the class heap of the slabs of the heap profile, of medium
-//! blocks and of debug mode (`heap::Heap::no_sheaf`); in debug mode no
-//! class of a thread's heap is warm (`debug`). A warm class's capacity is
-//! sized by demand (`sheaf_budget`).
+//! A class heap takes a sheaf only while its gate is open
+//! (`sheaf_state::Sheaf`): a warm class of a thread's heap.
 
 use core::cell::Cell;
 use core::ptr;
@@ -51,80 +44,14 @@ use core::ptr;
 use crate::barn;
 use crate::counters::Ev;
 use crate::free::{free_owned_run, free_unowned_run};
-use crate::freelist::{self, set_sheaf_tag, take_sheaf_block, SheafBlock, HARDENING};
-use crate::heap::{ClassHeap, Heap, DEAD, EMPTY};
-use crate::os;
+use crate::freelist::{self, set_sheaf_tag, take_sheaf_block, HARDENING};
+use crate::heap::{ClassHeap, Heap};
 use crate::purge;
 use crate::segment::{self, slab_of};
+use crate::sheaf_state::check;
 use crate::size_class::{SHEAF_CAP, SHEAF_MAX};
 use crate::sync::{invariant, Ordering};
-use crate::tls::current;
-
-// ---------------------------------------------------------------------------
-// The fast paths' operations
-
-/// The block on top of `c`'s sheaf, `len` blocks long, or null if it is
-/// empty (`sheaf[0]` stays null).
-#[inline(always)]
-pub fn top(c: &ClassHeap, len: u32) -> *mut u8 {
-    invariant!(len as usize <= SHEAF_MAX);
-    // SAFETY: `len` is at most `SHEAF_MAX` (the sheaf's length).
-    unsafe { c.sheaf.get_unchecked(len as usize) }.get()
-}
-
-/// Puts `p` on `c`'s sheaf, which has room, above its `len` blocks.
-#[inline(always)]
-pub fn push(c: &ClassHeap, len: u32, p: *mut u8) {
-    invariant!(len < c.sheaf_cap.get());
-    // SAFETY: `len` is below the capacity, at most `SHEAF_MAX`.
-    unsafe { c.sheaf.get_unchecked(len as usize + 1) }.set(p);
-    c.sheaf_len.set(len + 1);
-}
-
-/// Pops the top of `c`'s sheaf, `len` blocks long (not empty), checked
-/// (`freelist::take_sheaf_block`: its tag, cleared; no free-list link) and
-/// counted: the allocation fast path's pop, and that of a sheaf just taken
-/// from a barn. `secret` is the heap's.
-#[inline(always)]
-pub fn pop(c: &ClassHeap, len: u32, secret: usize) -> *mut u8 {
-    let obj = top(c, len);
-    if HARDENING {
-        // SAFETY: `obj` is a block the sheaf held.
-        let found = unsafe { take_sheaf_block(secret, obj) };
-        if found != SheafBlock::Tagged {
-            return stop(found, obj);
-        }
-    }
-    c.sheaf_len.set(len - 1);
-    c.ev.inc(Ev::AllocSheaf);
-    obj
-}
-
-/// Stops the process unless `found` is a block freed once.
-#[inline(always)]
-pub fn check(found: SheafBlock, p: *mut u8) {
-    if found != SheafBlock::Tagged {
-        stop(found, p);
-    }
-}
-
-/// Stops the process: `p` left a sheaf as `found` says (not `Tagged`).
-/// Returns (null) only for a null `p`, which no sheaf holds: so that the
-/// compiler does not take it for a function that never returns, which the
-/// allocation fast path would have to call with the stack aligned (a push
-/// and a pop on the path) rather than jump to.
-#[cold]
-#[inline(never)]
-pub fn stop(found: SheafBlock, p: *mut u8) -> *mut u8 {
-    if p.is_null() {
-        return p;
-    }
-    let what = match found {
-        SheafBlock::Linked => "double free (a block on a free list was freed again)",
-        _ => "double free or write after free: a freed block's sheaf tag (its second word) is gone",
-    };
-    os::fatal(what, p as usize)
-}
+use crate::tls::{current, own_heap};
 
 // ---------------------------------------------------------------------------
 // A full sheaf, an empty one
@@ -137,20 +64,21 @@ pub fn stop(found: SheafBlock, p: *mut u8) -> *mut u8 {
 /// a single thread's past: a single-threaded program has nobody to serve);
 /// else, or the barn full, the older half back to the slabs.
 pub fn make_room(heap: &Heap, c: &ClassHeap, class: usize) {
-    let cap = c.sheaf_cap.get();
-    invariant!(cap != 0 && c.sheaf_len.get() == cap);
+    let sheaf = c.sheaf();
+    let cap = sheaf.cap();
+    invariant!(cap != 0 && sheaf.len() == cap);
     // SAFETY: a block the full sheaf holds, in one of our segments.
     // Relaxed: a hint of where the sheaf goes; nothing is read through it.
-    let owner = unsafe { &*slab_of(top(c, 1)) }
+    let owner = unsafe { &*slab_of(sheaf.top(1)) }
         .owner
         .load(Ordering::Relaxed);
     let me = heap as *const Heap as usize;
     if purge::program_has_other_threads()
         && owner != 0
         && owner != me
-        && barn::BARNS[class].put(&c.sheaf[1..=cap as usize], SHEAF_CAP[class] as usize)
+        && barn::BARNS[class].put(sheaf.blocks(), SHEAF_CAP[class] as usize)
     {
-        c.sheaf_len.set(0);
+        sheaf.drop_oldest(cap);
         c.ev.add(Ev::SheafToBarn, cap as u64);
         // The next purge flushes the barns, so that what waits there goes
         // back to its slabs once the class goes quiet.
@@ -168,13 +96,13 @@ pub fn make_room(heap: &Heap, c: &ClassHeap, class: usize) {
 /// more than the sheaf's capacity; the rest stays on the barn's shelf.
 pub fn fill_from_barn(heap: &Heap, class: usize) -> u32 {
     let c = &heap.classes[class];
-    let cap = c.sheaf_cap.get();
-    if cap == 0 || c.sheaf_len.get() != 0 || !ptr::eq(heap, current()) {
+    let sheaf = c.sheaf();
+    if !sheaf.is_open() || sheaf.len() != 0 || !ptr::eq(heap, current()) {
         return 0;
     }
-    let n = barn::BARNS[class].take(&c.sheaf[1..=cap as usize]);
+    let n = barn::BARNS[class].take(sheaf.room());
     if n != 0 {
-        c.sheaf_len.set(n);
+        sheaf.filled(n);
         c.ev.add(Ev::SheafFromBarn, n as u64);
     }
     n
@@ -191,16 +119,9 @@ pub fn fill_from_barn(heap: &Heap, class: usize) -> u32 {
 /// what another allocated in order (a consumer) makes long; else (a FULL
 /// or listed slab) each by the free into its slab.
 pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
-    let len = c.sheaf_len.get();
-    invariant!(n <= len);
-    let n = n as usize;
-    flush_blocks(heap, &c.sheaf[1..=n]);
-    let base = c.sheaf.as_ptr() as *mut *mut u8;
-    // SAFETY: `sheaf[1 + n..=len]` moves to `sheaf[1..=len - n]`, inside
-    // the array (`len` is at most `SHEAF_MAX`); a `Cell<T>` is laid out as
-    // a `T`, and the heap is this thread's, so nothing else reads it now.
-    unsafe { ptr::copy(base.add(1 + n), base.add(1), len as usize - n) };
-    c.sheaf_len.set(len - n as u32);
+    let sheaf = c.sheaf();
+    flush_blocks(heap, sheaf.oldest(n));
+    sheaf.drop_oldest(n);
     c.ev.add(Ev::SheafFlushed, n as u64);
 }
 
@@ -261,7 +182,7 @@ fn flush_run(heap: &Heap, run: &[Cell<*mut u8>]) {
 
 /// Flushes the whole sheaf of `c`, a class heap of `heap`.
 pub fn flush_class(heap: &Heap, c: &ClassHeap) {
-    flush_oldest(heap, c, c.sheaf_len.get());
+    flush_oldest(heap, c, c.sheaf().len());
 }
 
 /// Flushes every sheaf of `heap` (the thread exits, or trims).
@@ -276,12 +197,9 @@ pub fn flush_all(heap: &Heap) {
 /// Flushes the calling thread's sheaves, then the barns (`malloc_trim`,
 /// `trim`).
 pub fn flush_current() {
-    let heap = current();
-    if heap == EMPTY || heap == DEAD {
+    let Some(heap) = own_heap() else {
         return;
-    }
-    // SAFETY: a created heap lives until this thread's destructor.
-    let heap = unsafe { &*heap };
+    };
     flush_all(heap);
     flush_barns(heap);
 }
@@ -313,18 +231,18 @@ pub fn flush_barns(heap: &Heap) {
 /// double free that no pop or flush met still stops the process. The tags
 /// are put back after: destructors that run later may still allocate.
 extern "C" fn check_at_exit() {
-    let heap = current();
-    if !HARDENING || heap == EMPTY || heap == DEAD {
+    if !HARDENING {
         return;
     }
-    // SAFETY: a created heap lives until this thread's destructor.
-    let heap = unsafe { &*heap };
+    let Some(heap) = own_heap() else {
+        return;
+    };
     let secret = heap.secret.get();
     for (class, c) in heap.classes.iter().enumerate() {
         if !heap.is_warm(class) {
             continue;
         }
-        let blocks = &c.sheaf[1..=c.sheaf_len.get() as usize];
+        let blocks = c.sheaf().blocks();
         for b in blocks {
             // SAFETY: a block the sheaf holds.
             check(unsafe { take_sheaf_block(secret, b.get()) }, b.get());

@@ -141,7 +141,7 @@ pub const CLASS_SCALE: usize = 512;
 /// frees must all reach the free slow path (the heap profile's).
 pub const NO_SHEAF_OFFSET: usize = NUM_CLASSES * CLASS_SCALE;
 
-/// The most blocks a sheaf holds (`heap::ClassHeap::sheaf`).
+/// The most blocks a sheaf holds (`sheaf_state::Sheaf`).
 pub const SHEAF_MAX: usize = 32;
 /// The bytes a class's sheaf may hold: `SHEAF_MAX` blocks up to 341
 /// bytes, fewer above, one from 16 KiB up (see `SHEAF_CAP`).

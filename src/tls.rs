@@ -11,7 +11,7 @@
 //! The slot starts as `&EMPTY_HEAP` (a relocated `.tdata` image, which the
 //! dynamic linker copies to each thread after relocating it).
 
-use crate::heap::Heap;
+use crate::heap::{Heap, DEAD, EMPTY};
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
@@ -88,4 +88,18 @@ pub use imp::{get, set};
 #[inline(always)]
 pub fn current() -> *mut Heap {
     get()
+}
+
+/// The calling thread's own heap, or `None` while it points at a static
+/// one (`EMPTY_HEAP` before its first slow path, `DEAD_HEAP` after its
+/// exit destructor).
+#[inline]
+pub fn own_heap() -> Option<&'static Heap> {
+    let heap = current();
+    if heap == EMPTY || heap == DEAD {
+        return None;
+    }
+    // SAFETY: a heap that is neither static one is this thread's, live
+    // until its exit destructor, which runs on this thread.
+    Some(unsafe { &*heap })
 }

@@ -41,7 +41,7 @@
 use core::ptr;
 
 use crate::debug;
-use crate::heap::{Heap, DEAD, EMPTY};
+use crate::heap::Heap;
 use crate::large;
 use crate::options;
 use crate::os;
@@ -50,7 +50,7 @@ use crate::prof::unwind::{self, Skip, MAX_FRAMES};
 use crate::segment;
 use crate::side_slabs::SideHeap;
 use crate::slab::{double_free, invalid_free, Slab};
-use crate::tls::current;
+use crate::tls::own_heap;
 
 /// Whether profiling is on (`SLUBMALLOC_PROF=1`).
 #[inline]
@@ -82,19 +82,6 @@ fn next_interval(heap: &Heap) -> i64 {
     let u = ((r >> 11) + 1) as f64 / (1u64 << 53) as f64;
     // `as` saturates; at most 37 times the mean, as u >= 2^-53.
     (-crate::prof::table::ln(u) * options::get().prof_rate as f64) as i64
-}
-
-/// The thread's own heap, if it has one (the static heaps have no
-/// countdown).
-#[inline]
-fn own_heap() -> Option<&'static Heap> {
-    let heap = current();
-    if heap == EMPTY || heap == DEAD || heap.is_null() {
-        return None;
-    }
-    // SAFETY: a heap that is neither static one is this thread's, live
-    // until its exit destructor, which runs on this thread.
-    Some(unsafe { &*heap })
 }
 
 /// The countdown of the thread's heap ran out: re-arms it, and says
