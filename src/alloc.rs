@@ -7,7 +7,8 @@ use core::ptr;
 use crate::background;
 use crate::debug;
 use crate::fastpath;
-use crate::heap;
+use crate::heap::{self, ThreadGoes};
+use crate::heap_exit;
 use crate::heap_start;
 use crate::large::{self, Freed};
 use crate::layout;
@@ -18,10 +19,7 @@ use crate::node;
 use crate::os;
 use crate::prof::sample;
 use crate::purge;
-use crate::release;
 use crate::segment::{self, slab_of};
-use crate::sheaf;
-use crate::sheaf_budget;
 use crate::side_slabs::SideHeap;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
 use crate::tls;
@@ -330,18 +328,16 @@ pub fn trim() {
     thread_idle();
     SideHeap::Debug.give_back_empty();
     SideHeap::Profile.give_back_empty();
-    node::release_empty_slabs();
+    node::discard_empty_slabs();
     purge::pass::purge_now();
     large::purge_cache(u64::MAX);
 }
 
-/// The calling thread gives back what it holds for itself: its sheaves'
-/// blocks and the barns' go back to their slabs, and its slabs (the active
-/// and partial ones of every class) to the node lists, whence other threads
-/// take them and the next purge gives the empty ones back. Its next
-/// allocation of a class refills as after a thread's start.
+/// The calling thread gives back everything it holds
+/// (`heap_exit::give_back_all`) and keeps its heap: its next allocation of
+/// a class refills as after a thread's start.
 pub fn thread_idle() {
-    sheaf::flush_current();
-    sheaf_budget::return_to_pool_current();
-    release::flush_current();
+    if let Some(heap) = tls::own_heap() {
+        heap_exit::give_back_all(heap, ThreadGoes::Idle);
+    }
 }

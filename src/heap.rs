@@ -32,6 +32,18 @@ use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering
 /// (bench/report/HISTORY.md has the measurement behind the number.)
 pub const MAX_THREAD_PARTIAL: u32 = 32;
 
+/// Why a thread gives back everything it holds (`heap_exit::give_back_all`):
+/// it goes idle and keeps its heap, or it exits and its heap goes to the
+/// pool.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ThreadGoes {
+    /// `thread_idle`: its sheaves keep their start capacities and its class
+    /// heaps take slabs back from other threads.
+    Idle,
+    /// Its exit: its sheaves' gates close and no slab comes back to it.
+    Exits,
+}
+
 /// Allocations the heap makes, of any class, with none of a class, before
 /// that class's empty active slab may go back: a class used a little but
 /// regularly keeps its slab. Debug mode keeps its classes' empty slabs by
@@ -240,7 +252,7 @@ impl Heap {
     pub fn reset(&self) {
         for (class, c) in self.classes.iter().enumerate() {
             if self.is_warm(class) {
-                // Flushed when its last thread exited.
+                // Given back when its last thread exited (`heap_exit::give_back_all`).
                 c.sheaf().close();
                 c.detached.set(ptr::null_mut());
                 c.active.set(ptr::null_mut());

@@ -33,7 +33,7 @@ use crate::sync::{invariant, AtomicPtr, AtomicU64, AtomicUsize, Lock, Ordering};
 /// back: without it the classes of one 40-64 KiB block per slab did that
 /// for most allocations of a program that allocates and frees such blocks
 /// at random (`stress`). What a node keeps goes back at the next purge
-/// (`release_empty_slabs`).
+/// (`discard_empty_slabs`).
 const MIN_PARTIAL_OBJECTS: usize = 16;
 
 /// The other partial slabs below which a node keeps a slab that empties,
@@ -450,11 +450,11 @@ pub fn rebuild_in_child() {
     }
 }
 
-/// Listed slabs `release_empty_slabs` looks at per node: empty slabs join
+/// Listed slabs `discard_empty_slabs` looks at per node: empty slabs join
 /// at the head (`place_at_tail`), and the bound keeps a node with many
 /// partial slabs from being held long.
 #[cfg(not(loom))]
-const RELEASE_WALK: usize = 64;
+const DISCARD_WALK: usize = 64;
 
 /// Gives the empty slabs the node lists keep back to their segments, for
 /// the purge that follows to give their pages back: the lists keep some
@@ -463,24 +463,24 @@ const RELEASE_WALK: usize = 64;
 /// (`purge::give_back::give_back_before_purge`, from the purger and the
 /// allocation slow path) and by `trim`, with no node lock held.
 #[cfg(not(loom))]
-pub fn release_empty_slabs() {
+pub fn discard_empty_slabs() {
     for node in NODES.iter() {
         if node.nr_partial.load(Ordering::Relaxed) == 0 {
             continue;
         }
         let _g = node.lock.guard();
-        node.release_empty();
+        node.discard_empty();
     }
 }
 
 impl Node {
-    /// Gives the empty slabs among the first `RELEASE_WALK` of the list back
+    /// Gives the empty slabs among the first `DISCARD_WALK` of the list back
     /// to their segments. Lock held.
     #[cfg(not(loom))]
-    pub fn release_empty(&self) {
+    pub fn discard_empty(&self) {
         self.lock.assert_held();
         // The walk reads a slab's successor before the slab may leave.
-        for slab in self.slabs.iter().take(RELEASE_WALK) {
+        for slab in self.slabs.iter().take(DISCARD_WALK) {
             if slab.inuse.get() == 0 {
                 self.discard_listed(slab);
             }

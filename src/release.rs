@@ -1,18 +1,17 @@
 //! Handing slabs on: an owned slab's lists merged and the slab put on its
 //! node list, made FULL, or sent back to its segment (`release`); the
 //! thread partial list trimmed; slabs emptied by a local free; an idle
-//! class's empty active slab; every slab of a heap at thread exit and
-//! trim (`flush`). The free slow path itself is `free`'s.
+//! class's empty active slab; every slab of a heap when its thread goes
+//! idle or exits (`release_all`). The free slow path itself is `free`'s.
 
 use core::ptr;
 
 use crate::counters::Ev;
 use crate::freelist;
-use crate::heap::{ClassHeap, Heap};
+use crate::heap::{ClassHeap, Heap, ThreadGoes};
 use crate::node::{self, NODES};
 use crate::slab::{Slab, CLOSED};
 use crate::sync::{invariant, Ordering};
-use crate::tls::own_heap;
 
 /// A slab that was FULL and is ours again joins the partial list, unless its
 /// objects were all freed meanwhile (by us, its owner): then it leaves now.
@@ -113,7 +112,7 @@ pub fn retire_active_if_empty(heap: &Heap, k: usize) {
     // SAFETY: as above.
     release(heap, k, unsafe { &*a }, c.detached.replace(ptr::null_mut()));
     // With it, the class's empty slab that its node list kept.
-    NODES[k].release_empty();
+    NODES[k].discard_empty();
 }
 
 /// Whether every object of the active slab `a` of class heap `c` is free:
@@ -126,16 +125,19 @@ fn active_is_empty(c: &ClassHeap, a: &Slab) -> bool {
     freelist::list_len(c.detached.get(), bound) == a.inuse.get()
 }
 
-/// Hands every slab of `heap` to the node lists (thread exit, trim). With
-/// `closing` (thread exit), slabs can no longer be handed back to it.
-pub fn flush(heap: &Heap, closing: bool) {
+/// `release`s every slab of `heap` (its thread goes idle or exits). At its
+/// exit, slabs can no longer be handed back to it.
+pub fn release_all(heap: &Heap, goes: ThreadGoes) {
     for (class, c) in heap.classes.iter().enumerate() {
         // A cold class owns no slab, and none comes back to it (`shared`):
         // its class heap is not even read.
         if !heap.is_warm(class) {
             continue;
         }
-        let after = if closing { CLOSED } else { ptr::null_mut() };
+        let after = match goes {
+            ThreadGoes::Idle => ptr::null_mut(),
+            ThreadGoes::Exits => CLOSED,
+        };
         // Acquire: pairs with the Release CAS in `give_back`.
         let mut r = c.returned.swap(after, Ordering::Acquire);
         while !r.is_null() && r != CLOSED {
@@ -159,12 +161,5 @@ pub fn flush(heap: &Heap, closing: bool) {
             );
         }
         release_partials(heap, class);
-    }
-}
-
-/// Flushes the calling thread's heap (for `malloc_trim`).
-pub fn flush_current() {
-    if let Some(heap) = own_heap() {
-        flush(heap, false);
     }
 }

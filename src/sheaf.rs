@@ -194,16 +194,6 @@ pub fn flush_all(heap: &Heap) {
     }
 }
 
-/// Flushes the calling thread's sheaves, then the barns (`malloc_trim`,
-/// `trim`).
-pub fn flush_current() {
-    let Some(heap) = own_heap() else {
-        return;
-    };
-    flush_all(heap);
-    flush_barns(heap);
-}
-
 /// Hands every barn's blocks back to their slabs, counted in `heap` (a
 /// thread's, or the orphan heap for the purger): trim, and every purge (so
 /// that a barn holds blocks for one purge delay at most once its class goes

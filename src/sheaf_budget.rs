@@ -26,11 +26,10 @@
 //! the fast paths only compare a sheaf's length with its capacity.
 
 use crate::counters::Ev;
-use crate::heap::{ClassHeap, Heap};
+use crate::heap::{ClassHeap, Heap, ThreadGoes};
 use crate::sheaf::flush_oldest;
 use crate::size_class::{CLASS_BYTES, SHEAF_CAP, SHEAF_START};
 use crate::sync::invariant;
-use crate::tls::own_heap;
 
 /// Overflows of a thread's sheaves between two scavenges, per class the
 /// thread uses (jemalloc's tcache GC visits one bin per pass, so each bin
@@ -120,16 +119,15 @@ fn scavenge(heap: &Heap) {
 
 /// The thread goes idle (`thread_idle`) or exits, its sheaves flushed:
 /// every open sheaf's capacity back to its start, or its gate closed at
-/// exit (`keep` false), and its budget beyond the start returned to the
-/// pool.
-pub fn return_to_pool(heap: &Heap, keep: bool) {
+/// exit, and its budget beyond the start returned to the pool.
+pub fn return_to_pool(heap: &Heap, goes: ThreadGoes) {
     for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
         let sheaf = c.sheaf();
         invariant!(sheaf.len() == 0);
         if !sheaf.is_open() {
             continue;
         }
-        if keep {
+        if goes == ThreadGoes::Idle {
             resize(heap, class, start);
         } else {
             let old = sheaf.cap();
@@ -139,12 +137,4 @@ pub fn return_to_pool(heap: &Heap, keep: bool) {
     }
     heap.sheaf_budget.return_unused();
     invariant!(heap.sheaf_budget.taken() == 0);
-}
-
-/// `return_to_pool` for the calling thread, its sheaves flushed, keeping the
-/// start capacities (`thread_idle`).
-pub fn return_to_pool_current() {
-    if let Some(heap) = own_heap() {
-        return_to_pool(heap, true);
-    }
 }

@@ -48,5 +48,5 @@ pub fn give_back_before_purge(counted: CountedIn) {
             ORPHAN_LOCK.unlock();
         }
     }
-    node::release_empty_slabs();
+    node::discard_empty_slabs();
 }
