@@ -14,19 +14,20 @@ use core::ptr;
 use crate::counters::Ev;
 use crate::freelist;
 use crate::heap::{owner_tag, Heap, MAX_THREAD_PARTIAL};
+use crate::list::End;
 use crate::node::{Freer, NODES};
 use crate::release::{keep_partial, release, slab_emptied, trim_partials};
-use crate::slab::{self, double_free, invalid_free, Slab};
+use crate::slab::{self, double_free, invalid_free, Slab, Suspicion};
 use crate::sync::{AtomicPtr, Ordering};
 
 /// A free, by `heap` (the slow paths' heap), of `p` in a slab `heap` may not own: a
 /// push onto its owner's remote list, the claim of a FULL slab, or a free
-/// into a LISTED one under its node lock (`Node::free_unowned`). `looks_free` is
-/// `slab::looks_free(p)` as `remote_free::free_slow` read it, before any
+/// into a LISTED one under its node lock (`Node::free_unowned`). `suspicion` is
+/// what `slab::looks_free(p)` said as `remote_free::free_slow` read it, before any
 /// write into `p`.
-pub fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
+pub fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, suspicion: Suspicion) {
     let class = slab.class.get() as usize;
-    NODES[class].free_unowned(slab, p, looks_free, &ClassFreer { heap, class });
+    NODES[class].free_unowned(slab, p, suspicion, &ClassFreer { heap, class });
 }
 
 /// Frees `run`, checked blocks of `slab` out of a sheaf, linked first to
@@ -59,8 +60,8 @@ impl Freer for ClassFreer<'_> {
         unsafe { &(*(tag as *const Heap)).classes[self.class].returned }
     }
 
-    fn free_owned(&self, slab: &Slab, p: *mut u8, looks_free: bool) {
-        free_owned_slow(self.heap, slab, p, looks_free);
+    fn free_owned(&self, slab: &Slab, p: *mut u8, suspicion: Suspicion) {
+        free_owned_slow(self.heap, slab, p, suspicion);
     }
 
     fn keep_claimed(&self, slab: &Slab) {
@@ -113,7 +114,7 @@ impl Freer for ClassFreer<'_> {
                 ptr::null_mut(),
             );
         }
-        c.push_partial(slab, true);
+        c.push_partial(slab, End::Tail);
     }
 }
 
@@ -157,12 +158,12 @@ fn adopt(heap: &Heap, class: usize, slab: &Slab) {
 }
 
 /// A free into a slab the heap owns, reached through the slow path;
-/// `looks_free` as for `free_unowned`.
-fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, looks_free: bool) {
+/// `suspicion` as for `free_unowned`.
+fn free_owned_slow(heap: &Heap, slab: &Slab, p: *mut u8, suspicion: Suspicion) {
     if !slab.is_object_start(p) {
         invalid_free(p);
     }
-    if looks_free {
+    if suspicion == Suspicion::DoubleFree {
         return free_suspicious(p, heap as *const Heap as *mut Heap, slab);
     }
     push_local(heap, slab, p);

@@ -108,7 +108,14 @@ pub fn write_malloc_info(w: &mut impl Write) -> fmt::Result {
         }
     }
     w.write_str("</sizes>\n")?;
-    let totals = |w: &mut dyn Write, mmap: bool| -> fmt::Result {
+    // The totals of the one heap, then of the whole allocator (which adds
+    // the large blocks, glibc's mmapped chunks).
+    #[derive(PartialEq)]
+    enum Of {
+        Heap,
+        Malloc,
+    }
+    let totals = |w: &mut dyn Write, of: Of| -> fmt::Result {
         writeln!(
             w,
             "<total type=\"fast\" count=\"{}\" size=\"{}\"/>",
@@ -119,7 +126,7 @@ pub fn write_malloc_info(w: &mut impl Write) -> fmt::Result {
             "<total type=\"rest\" count=\"{}\" size=\"{rest}\"/>",
             m.ordblks
         )?;
-        if mmap {
+        if of == Of::Malloc {
             writeln!(
                 w,
                 "<total type=\"mmap\" count=\"{}\" size=\"{}\"/>",
@@ -131,9 +138,9 @@ pub fn write_malloc_info(w: &mut impl Write) -> fmt::Result {
         writeln!(w, "<aspace type=\"total\" size=\"{mapped}\"/>")?;
         writeln!(w, "<aspace type=\"mprotect\" size=\"{mapped}\"/>")
     };
-    totals(w, false)?;
+    totals(w, Of::Heap)?;
     w.write_str("</heap>\n")?;
-    totals(w, true)?;
+    totals(w, Of::Malloc)?;
     w.write_str("</malloc>\n")
 }
 

@@ -17,14 +17,14 @@ use core::ptr;
 
 use crate::counters::{Counters, Ev};
 use crate::freelist;
-use crate::list::{Linked, List};
+use crate::list::{End, Linked, List};
 use crate::os;
 use crate::purge;
 use crate::segment::SLAB_BYTES;
 use crate::sheaf_state::{Sheaf, SheafBody, SheafBudget, SheafHead};
 use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_START};
 use crate::slab::Slab;
-use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, Locked, Ordering};
+use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, LockWait, Locked, Ordering};
 
 /// Slabs a thread keeps on its partial list per class, besides the active one;
 /// past it the oldest goes to the node list. Most are nearly full and a slab
@@ -156,15 +156,11 @@ impl Linked for Heap {
 }
 
 impl ClassHeap {
-    /// Adds an owned slab to the partial list, at the head or the tail.
-    pub fn push_partial(&self, slab: &Slab, at_tail: bool) {
+    /// Adds an owned slab to the partial list, at `end`.
+    pub fn push_partial(&self, slab: &Slab, end: End) {
         invariant!(!slab.on_partial.get());
         slab.on_partial.set(true);
-        if at_tail {
-            self.partial.push_back(slab);
-        } else {
-            self.partial.push_front(slab);
-        }
+        self.partial.push(slab, end);
         self.partial_count.set(self.partial_count.get() + 1);
         self.ev.add(Ev::ThreadPartial, 1);
     }
@@ -462,16 +458,17 @@ pub fn change_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
 }
 
 /// Sums every live heap's counters plus the retired totals into `out`;
-/// returns (threads alive, threads exited). With `wait == false` (a signal
+/// returns (threads alive, threads exited). With `LockWait::Try` (a signal
 /// handler) it never blocks: if the registry lock is taken, it reads the
 /// lists without it, which is safe because heaps are never unmapped, only
 /// recycled, though a heap exiting at that moment may be missed.
-pub fn sum_counters(out: &mut [[u64; Ev::COUNT]; NUM_CLASSES], wait: bool) -> (u64, u64) {
-    let locked = if wait {
-        REGISTRY.lock.lock();
-        true
-    } else {
-        REGISTRY.lock.try_lock()
+pub fn sum_counters(out: &mut [[u64; Ev::COUNT]; NUM_CLASSES], wait: LockWait) -> (u64, u64) {
+    let locked = match wait {
+        LockWait::Wait => {
+            REGISTRY.lock.lock();
+            true
+        }
+        LockWait::Try => REGISTRY.lock.try_lock(),
     };
     // SAFETY: with the lock held this is the only access; without it (signal
     // handler) we only read, and every pointer reached is a live or pooled heap.

@@ -32,6 +32,13 @@ pub trait Linked<K = ()>: Sized {
 }
 
 /// A list of `T`s linked through their links of kind `K`.
+/// The end of a list a node is linked in at (`List::push`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum End {
+    Head,
+    Tail,
+}
+
 pub struct List<T, K = ()> {
     head: Cell<*mut T>,
     tail: Cell<*mut T>,
@@ -83,6 +90,14 @@ impl<T: Linked<K>, K> List<T, K> {
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.head.get().is_null()
+    }
+
+    /// Links `node`, on no list, in at `end`.
+    pub fn push(&self, node: &T, end: End) {
+        match end {
+            End::Head => self.push_front(node),
+            End::Tail => self.push_back(node),
+        }
     }
 
     /// Links `node`, on no list, in at the head.

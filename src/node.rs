@@ -18,12 +18,12 @@ use core::ptr;
 use crate::freelist::list_contains;
 #[cfg(not(loom))]
 use crate::freelist::list_len;
-use crate::list::List;
+use crate::list::{End, List};
 use crate::purge;
 use crate::segment;
 #[cfg(not(loom))]
 use crate::size_class::NUM_CLASSES;
-use crate::slab::{double_free, invalid_free, Push, Slab, State};
+use crate::slab::{double_free, invalid_free, Push, RemoteFrees, Slab, State, Suspicion};
 use crate::sync::{invariant, AtomicPtr, AtomicU64, AtomicUsize, Lock, Ordering};
 
 /// For classes of few objects per slab, a node keeps as many empty slabs
@@ -46,8 +46,23 @@ const MIN_PARTIAL_OBJECTS: usize = 16;
 /// twice or written after its free is caught only while its slab stays
 /// listed; back in its segment, the next slab taken would reuse it, and the
 /// second free would free another class's block (`misuse` tests).
-fn min_partial(objects: u32, listed: bool) -> usize {
-    (MIN_PARTIAL_OBJECTS / objects as usize).max(listed as usize)
+fn min_partial(objects: u32, emptied: Emptied) -> usize {
+    let keep = MIN_PARTIAL_OBJECTS / objects as usize;
+    match emptied {
+        Emptied::ByItsOwner => keep,
+        Emptied::WhileListed => keep.max(1),
+    }
+}
+
+/// How a slab came to be empty, for whether its node keeps it
+/// (`Node::should_discard_empty`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Emptied {
+    /// Its owner emptied it and gives it up: it is on no list.
+    ByItsOwner,
+    /// A free into it while it was on this node's list emptied it: it is
+    /// counted in `nr_partial`.
+    WhileListed,
 }
 
 pub struct Node {
@@ -77,10 +92,15 @@ unsafe impl Sync for Node {}
 pub static NODES: [Node; NUM_CLASSES] = [const { Node::new() }; NUM_CLASSES];
 
 /// The placement policy, a named function so it can be measured and changed:
-/// true sends the slab to the tail.
+/// the end of the node list a slab given up with `inuse` of its `objects`
+/// in use goes to.
 #[inline]
-pub fn place_at_tail(inuse: u32, objects: u32, remote_freed: bool) -> bool {
-    remote_freed || inuse > objects / 4
+pub fn place(inuse: u32, objects: u32, remote_frees: RemoteFrees) -> End {
+    if remote_frees == RemoteFrees::Came || inuse > objects / 4 {
+        End::Tail
+    } else {
+        End::Head
+    }
 }
 
 /// Adds `n` to a counter that only lock holders write (no locked instruction).
@@ -130,14 +150,13 @@ impl Node {
     }
 
     /// Puts an unowned slab with free objects on the list. Lock held.
-    pub fn add(&self, slab: &Slab, remote_freed: bool) {
+    pub fn add(&self, slab: &Slab, remote_frees: RemoteFrees) {
         self.lock.assert_held();
-        let at_tail = place_at_tail(slab.inuse.get(), slab.objects.get(), remote_freed);
-        self.link(slab, at_tail);
-        let decisions = if at_tail {
-            &self.added_tail
-        } else {
-            &self.added_head
+        let end = place(slab.inuse.get(), slab.objects.get(), remote_frees);
+        self.link(slab, end);
+        let decisions = match end {
+            End::Tail => &self.added_tail,
+            End::Head => &self.added_head,
         };
         count(decisions);
     }
@@ -147,7 +166,7 @@ impl Node {
     pub fn add_fresh(&self, slab: &Slab, class: usize) {
         self.lock.assert_held();
         slab.init_listed(class);
-        self.add(slab, false);
+        self.add(slab, RemoteFrees::NoneCame);
         count(&self.slabs_new);
     }
 
@@ -175,15 +194,11 @@ impl Node {
         (p, fresh)
     }
 
-    /// Links `slab` in at the head or the tail and counts it. Lock held.
-    fn link(&self, slab: &Slab, at_tail: bool) {
+    /// Links `slab` in at `end` and counts it. Lock held.
+    fn link(&self, slab: &Slab, end: End) {
         self.lock.assert_held();
         invariant!(slab.state() == State::Listed);
-        if at_tail {
-            self.slabs.push_back(slab);
-        } else {
-            self.slabs.push_front(slab);
-        }
+        self.slabs.push(slab, end);
         bump(&self.nr_partial, 1);
         bump(
             &self.free_objects,
@@ -209,15 +224,17 @@ impl Node {
         slab.take_listed(owner);
     }
 
-    /// Frees `p` into `slab`, LISTED on this node, lock held; `looks_free`
-    /// is `slab::looks_free(p)` read before any write into `p`. A slab that
+    /// Frees `p` into `slab`, LISTED on this node, lock held; `suspicion`
+    /// as for `free_unowned`. A slab that
     /// empties goes back to its segment unless the node keeps it
     /// (`should_discard_empty`); returns whether it went. Counts the free
     /// (and the slab) in the node's counters.
-    pub fn free_listed(&self, slab: &Slab, p: *mut u8, looks_free: bool) -> bool {
+    pub fn free_listed(&self, slab: &Slab, p: *mut u8, suspicion: Suspicion) -> bool {
         self.lock.assert_held();
         invariant!(slab.state() == State::Listed);
-        if looks_free && list_contains(slab.local_free.get(), p, slab.objects.get()) {
+        if suspicion == Suspicion::DoubleFree
+            && list_contains(slab.local_free.get(), p, slab.objects.get())
+        {
             double_free(p);
         }
         // SAFETY: `p` is a live object the caller gives up; the slab's
@@ -226,7 +243,9 @@ impl Node {
         bump(&self.free_objects, 1);
         count(&self.frees_listed);
         slab.check();
-        if slab.inuse.get() == 0 && self.should_discard_empty(slab.objects.get(), true) {
+        if slab.inuse.get() == 0
+            && self.should_discard_empty(slab.objects.get(), Emptied::WhileListed)
+        {
             self.discard_listed(slab);
             return true;
         }
@@ -256,10 +275,13 @@ impl Node {
 
     /// Whether an empty slab of `objects` objects should leave the list for
     /// its segment: it is kept only while the node has fewer than its
-    /// `min_partial` other partial slabs (`listed`: the slab is on this
-    /// list, counted in `nr_partial`, and emptied by a free into it).
-    pub fn should_discard_empty(&self, objects: u32, listed: bool) -> bool {
-        self.nr_partial.load(Ordering::Relaxed) - listed as usize >= min_partial(objects, listed)
+    /// `min_partial` other partial slabs.
+    pub fn should_discard_empty(&self, objects: u32, emptied: Emptied) -> bool {
+        let others = match emptied {
+            Emptied::ByItsOwner => self.nr_partial.load(Ordering::Relaxed),
+            Emptied::WhileListed => self.nr_partial.load(Ordering::Relaxed) - 1,
+        };
+        others >= min_partial(objects, emptied)
     }
 
     /// Calls `f` on every listed slab. Lock held; verification walk only.
@@ -289,8 +311,8 @@ pub trait Freer {
     fn returned(&self, tag: usize) -> &AtomicPtr<Slab>;
     /// A free of `p` into `slab`, which the heap owns: its own slab reached
     /// the slow path, or it has just taken the slab off the node list.
-    /// `looks_free` as for `Node::free_unowned`.
-    fn free_owned(&self, slab: &Slab, p: *mut u8, looks_free: bool);
+    /// `suspicion` as for `Node::free_unowned`.
+    fn free_owned(&self, slab: &Slab, p: *mut u8, suspicion: Suspicion);
     /// A slab the heap claimed from FULL with its free, and did not give
     /// back (the free emptied it, or no other heap takes it back: none
     /// filled it, the one that did has exited, or it is this one): the heap
@@ -310,16 +332,16 @@ impl Node {
     /// that `heap` may not own: a push onto its owner's remote list, the
     /// claim of a FULL slab (given back to the heap that filled it, or kept
     /// by `heap`), or a free into a LISTED slab under this node's lock.
-    /// `looks_free` is `slab::looks_free(p)` as the caller read it, before
-    /// any write into `p`: a push that loses its CAS may have written its
-    /// link into `p` already (`Slab::push_remote`).
-    pub fn free_unowned(&self, slab: &Slab, p: *mut u8, looks_free: bool, heap: &impl Freer) {
+    /// `suspicion` is what `slab::looks_free(p)` said as the caller read it,
+    /// before any write into `p`: a push that loses its CAS may have written
+    /// its link into `p` already (`Slab::push_remote`).
+    pub fn free_unowned(&self, slab: &Slab, p: *mut u8, suspicion: Suspicion, heap: &impl Freer) {
         loop {
-            let state = match slab.push_remote(p, heap.tag(), looks_free) {
+            let state = match slab.push_remote(p, heap.tag(), suspicion) {
                 Push::Pushed => return heap.count_remote(1),
                 // The orphan heap owns it, or the heap's own slab reached the
                 // slow path.
-                Push::Mine => return heap.free_owned(slab, p, looks_free),
+                Push::Mine => return heap.free_owned(slab, p, suspicion),
                 Push::NotOwned(state) => state,
             };
             not_a_live_block(state, slab, p);
@@ -353,11 +375,11 @@ impl Node {
                 self.take(slab, heap.tag());
                 heap.keep_listed(slab);
                 drop(g);
-                return heap.free_owned(slab, p, looks_free);
+                return heap.free_owned(slab, p, suspicion);
             }
             // Counted in the node's counters (no write to the class heap of a
             // thread whose class is cold).
-            self.free_listed(slab, p, looks_free);
+            self.free_listed(slab, p, suspicion);
             return;
         }
     }
@@ -379,7 +401,7 @@ impl Node {
         }
         // The run's links are no double frees: the blocks were checked.
         for b in run {
-            self.free_unowned(slab, b.get(), false, heap);
+            self.free_unowned(slab, b.get(), Suspicion::Clear, heap);
         }
     }
 }
@@ -441,7 +463,7 @@ pub fn rebuild_in_child() {
             if free == 0 {
                 slab.make_full_from_listed();
             } else {
-                NODES[class].link(slab, true);
+                NODES[class].link(slab, End::Tail);
             }
         }
     });
@@ -451,7 +473,7 @@ pub fn rebuild_in_child() {
 }
 
 /// Listed slabs `discard_empty_slabs` looks at per node: empty slabs join
-/// at the head (`place_at_tail`), and the bound keeps a node with many
+/// at the head (`place`), and the bound keeps a node with many
 /// partial slabs from being held long.
 #[cfg(not(loom))]
 const DISCARD_WALK: usize = 64;
@@ -503,16 +525,22 @@ mod tests {
     use super::*;
     use crate::size_class::objects_per_slab;
 
+    #[derive(PartialEq)]
+    enum ChildLock {
+        Taken,
+        NotTaken,
+    }
+
     /// Runs `count_free_listed` (a function whose caller must hold the
     /// node's lock) on a fresh node in a forked child, with the lock taken
     /// or not; returns the child's wait status.
-    fn count_free_listed_in_child(take_lock: bool) -> i32 {
+    fn count_free_listed_in_child(lock: ChildLock) -> i32 {
         // SAFETY: the child touches only its own node and ends with `_exit`.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
             let node = Node::new();
-            if take_lock {
+            if lock == ChildLock::Taken {
                 node.lock.lock();
             }
             node.count_free_listed();
@@ -531,12 +559,12 @@ mod tests {
     /// the call goes through.
     #[test]
     fn a_debug_build_stops_a_node_list_call_without_the_node_lock() {
-        let held = count_free_listed_in_child(true);
+        let held = count_free_listed_in_child(ChildLock::Taken);
         assert!(
             libc::WIFEXITED(held) && libc::WEXITSTATUS(held) == 0,
             "with the lock held: wait status {held:#x}"
         );
-        let free = count_free_listed_in_child(false);
+        let free = count_free_listed_in_child(ChildLock::NotTaken);
         if cfg!(debug_assertions) {
             assert!(
                 libc::WIFSIGNALED(free) && libc::WTERMSIG(free) == libc::SIGABRT,

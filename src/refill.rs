@@ -12,6 +12,7 @@ use crate::freelist;
 use crate::heap::{owner_tag, Heap, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
 use crate::heap_start::{create_heap, with_slow_heap};
 use crate::large;
+use crate::list::End;
 use crate::node::NODES;
 use crate::options;
 use crate::prof::sample;
@@ -155,7 +156,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
             }
             if !taken && !c.partial.is_empty() {
                 let p = c.pop_partial();
-                c.push_partial(a, true);
+                c.push_partial(a, End::Tail);
                 c.active.set(p);
                 c.ev.inc(Ev::RefillPartial);
                 taken = true;
@@ -272,7 +273,7 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
             c.active.set(s);
             got = true;
         } else {
-            c.push_partial(slab, false);
+            c.push_partial(slab, End::Head);
         }
         if gathered >= slab.objects.get() / 2 || c.partial_count.get() >= MAX_THREAD_PARTIAL {
             break;

@@ -9,8 +9,9 @@ use core::ptr;
 use crate::counters::Ev;
 use crate::freelist;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
-use crate::node::{self, NODES};
-use crate::slab::{Slab, CLOSED};
+use crate::list::End;
+use crate::node::{self, Emptied, NODES};
+use crate::slab::{RemoteFrees, Slab, CLOSED};
 use crate::sync::{invariant, Ordering};
 
 /// A slab that was FULL and is ours again joins the partial list, unless its
@@ -19,7 +20,7 @@ pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
     if slab.inuse.get() == 0 {
         return release_empty(heap, class, slab);
     }
-    heap.classes[class].push_partial(slab, true);
+    heap.classes[class].push_partial(slab, End::Tail);
 }
 
 /// Hands partial slabs to the node list, oldest first (they have gathered the
@@ -72,11 +73,11 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
     // Empty, so nothing on its remote list (`inuse` counts those).
     let remote = slab.begin_listing();
     invariant!(remote.is_null());
-    if node.should_discard_empty(slab.objects.get(), false) {
+    if node.should_discard_empty(slab.objects.get(), Emptied::ByItsOwner) {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);
     } else {
-        node.add(slab, false);
+        node.add(slab, RemoteFrees::NoneCame);
     }
 }
 
@@ -89,7 +90,9 @@ pub fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     let (free, remote) = slab.list_with(detached);
     if free == 0 {
         slab.make_full_from_listed();
-    } else if free == slab.objects.get() && node.should_discard_empty(slab.objects.get(), false) {
+    } else if free == slab.objects.get()
+        && node.should_discard_empty(slab.objects.get(), Emptied::ByItsOwner)
+    {
         node::discard(slab);
         heap.classes[class].ev.inc(Ev::SlabsFreed);
     } else {
@@ -144,7 +147,7 @@ pub fn release_all(heap: &Heap, goes: ThreadGoes) {
             // SAFETY: slabs on our returned stack are live and ours.
             let slab = unsafe { &*r };
             r = slab.next.get();
-            c.push_partial(slab, true);
+            c.push_partial(slab, End::Tail);
         }
         if c.active.get().is_null() && c.partial.is_empty() {
             continue;

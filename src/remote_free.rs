@@ -16,7 +16,7 @@ use crate::medium;
 use crate::prof::sample;
 use crate::side_slabs::SideHeap;
 use crate::size_class::NO_SHEAF_OFFSET;
-use crate::slab::{self, double_free, Push, Slab};
+use crate::slab::{self, double_free, Push, Slab, Suspicion};
 use crate::tls::current;
 
 /// A free by a thread that does not own the slab. The common case, a slab
@@ -48,7 +48,11 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
     // reading would take for a free block (a double free reported for a
     // correct program, as a slab went LISTED and was taken again meanwhile).
     // SAFETY: `p` lies in a mapped slab; its first word is readable.
-    let looks_free = HARDENING && unsafe { slab::looks_free(p) };
+    let suspicion = if HARDENING && unsafe { slab::looks_free(p) } {
+        Suspicion::DoubleFree
+    } else {
+        Suspicion::Clear
+    };
     // A block that waits in a sheaf is free already.
     // SAFETY: as above.
     if HARDENING && unsafe { slab.in_a_sheaf(freelist::secret(), p) } {
@@ -57,7 +61,7 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
     let heap = current();
     if heap != EMPTY
         && heap != DEAD
-        && slab.push_remote(p, owner_tag(heap), looks_free) == Push::Pushed
+        && slab.push_remote(p, owner_tag(heap), suspicion) == Push::Pushed
     {
         // SAFETY: a heap that is neither EMPTY nor DEAD is this thread's
         // own; the class is in range.
@@ -66,12 +70,12 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
             .inc(Ev::FreeRemote);
         return;
     }
-    free_unowned_slow(slab, p, looks_free)
+    free_unowned_slow(slab, p, suspicion)
 }
 
 /// `free_unowned` with the slow heap, out of line: `free_slow` reaches it
 /// with a jump, so its own path needs no frame.
 #[inline(never)]
-fn free_unowned_slow(slab: &Slab, p: *mut u8, looks_free: bool) {
-    with_slow_heap(|heap| free_unowned(heap, slab, p, looks_free))
+fn free_unowned_slow(slab: &Slab, p: *mut u8, suspicion: Suspicion) {
+    with_slow_heap(|heap| free_unowned(heap, slab, p, suspicion))
 }

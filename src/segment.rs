@@ -281,9 +281,21 @@ fn segment_index(p: usize) -> usize {
     }
 }
 
-fn set_mapped(seg: usize, on: bool) {
+/// Marks the segment at `seg`, just mapped, in the segment map.
+fn mark_mapped(seg: usize) {
     // Relaxed: a pointer into the segment reaches another thread only through
     // a synchronizing hand-off that follows this store.
+    map_entry(seg).store(1, Ordering::Relaxed);
+}
+
+/// Clears the mark of the segment at `seg`, about to be unmapped.
+fn mark_unmapped(seg: usize) {
+    // Relaxed: as in `mark_mapped`; no pointer into the segment is in use.
+    map_entry(seg).store(0, Ordering::Relaxed);
+}
+
+/// The segment map's entry for the segment at `seg`.
+fn map_entry(seg: usize) -> &'static AtomicU8 {
     let region = seg >> SEGMENT_SHIFT;
     if region >= MAP_ENTRIES {
         os::fatal(
@@ -291,7 +303,7 @@ fn set_mapped(seg: usize, on: bool) {
             seg,
         );
     }
-    map().entry(region).store(on as u8, Ordering::Relaxed);
+    map().entry(region)
 }
 
 /// A free slab for a new use, or null with errno ENOMEM. O(1): the head of
@@ -457,7 +469,7 @@ fn new_segment(s: &mut Segments) -> *mut Segment {
     s.count += 1;
     s.free_slabs += SLABS_PER_SEGMENT - 1;
     s.with_free.push_front(sg);
-    set_mapped(seg as usize, true);
+    mark_mapped(seg as usize);
     let g = counters::global();
     g.segments.fetch_add(1, Ordering::Relaxed);
     g.mapped_changed(SEGMENT_BYTES as i64);
@@ -524,7 +536,7 @@ fn purge_dirty_queue(s: &mut Segments, due: impl Fn(&Segment) -> u64) -> bool {
             s.with_free.remove(sg);
             s.dirty_slabs -= sg.dirty_mask.count_ones() as usize;
             s.whole_dirty_slabs -= sg.dirty_mask.count_ones() as usize;
-            set_mapped(seg as usize, false);
+            mark_unmapped(seg as usize);
             os::unmap(seg.cast(), SEGMENT_BYTES);
             let g = counters::global();
             g.segments.fetch_sub(1, Ordering::Relaxed);
@@ -660,7 +672,7 @@ pub fn repair_in_child() {
         }
         sg.kept_empty &= sg.free_mask == ALL_SLABS && !sg.on_dirty;
         s.empty_kept += sg.kept_empty as usize;
-        set_mapped(seg as usize, true);
+        mark_mapped(seg as usize);
         count += 1;
         seg = sg.all_next.get();
     }

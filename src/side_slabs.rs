@@ -28,6 +28,7 @@ use crate::freelist::{corrupted_link, get_next, link_is_sane};
 use crate::heap::{
     self, orphan_heap, owner_tag, prof_heap, prof_owner, ClassHeap, Heap, IDLE_ALLOCS,
 };
+use crate::list::End;
 use crate::node::{self, NODES};
 use crate::prof::table::TABLES;
 use crate::purge::pass;
@@ -129,7 +130,7 @@ impl SideHeap {
             slab.init(class, self.owner());
             slab.keep_off_sheaves();
             c.ev.inc(Ev::SlabsNew);
-            c.push_partial(slab, false);
+            c.push_partial(slab, End::Head);
         }
         // SAFETY: slabs on the list are live, owned by the side heap, whose
         // lock we hold.
@@ -165,7 +166,7 @@ impl SideHeap {
         if emptied && !c.partial.is_empty() {
             return discard(c, slab);
         }
-        c.push_partial(slab, false);
+        c.push_partial(slab, End::Head);
     }
 
     /// Before a slab is taken from a segment: the empty slab of each class

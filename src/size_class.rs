@@ -15,7 +15,7 @@ pub const SEGMENT_BYTES: usize = 1 << SEGMENT_SHIFT; // 4 MiB
 pub const SLAB_SHIFT: usize = 16;
 pub const SLAB_BYTES: usize = 1 << SLAB_SHIFT; // 64 KiB
 pub const SLABS_PER_SEGMENT: usize = SEGMENT_BYTES / SLAB_BYTES;
-/// Every segment lies below `1 << ADDRESS_BITS` (`segment::set_mapped` stops
+/// Every segment lies below `1 << ADDRESS_BITS` (`segment::mark_mapped` stops
 /// the process otherwise), which the double-free test counts on
 /// (`freelist::may_be_free`).
 pub const ADDRESS_BITS: usize = 47;

@@ -397,9 +397,8 @@ impl Slab {
     /// slab was the active one, else null); the remote list, `detached` and
     /// `local_free` become one list, and `inuse` what is not on it. Returns
     /// the slab's free objects (carved or not) and whether remote frees had
-    /// come in (their objects are cold: the caller lists the slab at the
-    /// tail).
-    pub fn list_with(&self, detached: *mut u8) -> (u32, bool) {
+    /// come in.
+    pub fn list_with(&self, detached: *mut u8) -> (u32, RemoteFrees) {
         let bound = self.objects.get();
         let remote = self.begin_listing();
         // `inuse` counts what is not on `local_free` (see `inuse`), so of
@@ -411,7 +410,12 @@ impl Slab {
         self.local_free.set(list);
         self.inuse.set(bound - free);
         self.check();
-        (free, !remote.is_null())
+        let frees = if remote.is_null() {
+            RemoteFrees::NoneCame
+        } else {
+            RemoteFrees::Came
+        };
+        (free, frees)
     }
 
     /// LISTED -> OWNED by heap `owner`, node lock held (a refill from the
@@ -610,6 +614,30 @@ pub fn invalid_free(p: *mut u8) -> ! {
 #[inline(never)]
 pub fn double_free(p: *mut u8) -> ! {
     os::fatal("double free", p as usize)
+}
+
+/// Whether a block being freed may be free already: its first word, read
+/// before the free wrote into it, decodes to a valid link (`looks_free`).
+/// A suspect block is searched for on its slab's lists, or stops the
+/// process at once in a slab another heap owns, whose lists cannot be
+/// walked (`Slab::push_remote`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Suspicion {
+    /// Its first word decodes to a valid link: a double free, or data that
+    /// looks like a link.
+    DoubleFree,
+    /// Its first word does not, or its caller checked the block already (a
+    /// sheaf's flush).
+    Clear,
+}
+
+/// Whether frees by other heaps had come into a slab its owner gives up
+/// (`Slab::list_with`): their objects are cold, and the node lists the
+/// slab at the tail (`node::place`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RemoteFrees {
+    Came,
+    NoneCame,
 }
 
 /// Whether `p`, a slot of a slab, holds in its first word a valid free-list

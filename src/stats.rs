@@ -16,7 +16,7 @@ use crate::node::NODES;
 use crate::os;
 use crate::segment;
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES};
-use crate::sync::Ordering;
+use crate::sync::{LockWait, Ordering};
 
 /// Declares a statistics struct from one row per field: its documentation,
 /// its name (the JSON key), and how the text report shows it. Makes the
@@ -192,7 +192,7 @@ pub struct Stats {
 /// Takes a statistics snapshot without walking any list.
 pub fn stats() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = heap::sum_counters(&mut sums, true);
+    let (alive, exited) = heap::sum_counters(&mut sums, LockWait::Wait);
     build(&sums, alive, exited)
 }
 
@@ -200,7 +200,7 @@ pub fn stats() -> Stats {
 /// handler that interrupted the allocator).
 pub(crate) fn stats_for_report() -> Stats {
     let mut sums = [[0u64; Ev::COUNT]; NUM_CLASSES];
-    let (alive, exited) = heap::sum_counters(&mut sums, false);
+    let (alive, exited) = heap::sum_counters(&mut sums, LockWait::Try);
     build(&sums, alive, exited)
 }
 

@@ -93,6 +93,15 @@ const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 
+/// Whether a caller takes a lock however long it waits, or only tries it
+/// (a caller that may run in a signal handler, which may have interrupted
+/// the lock's holder on its own thread).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LockWait {
+    Wait,
+    Try,
+}
+
 /// A three-state futex lock (Drepper's "mutex 2"). Uncontended lock and unlock
 /// are one atomic instruction each.
 pub struct Lock {

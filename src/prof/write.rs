@@ -24,6 +24,7 @@ use crate::options::{self, PATH_MAX_BYTES};
 use crate::os::Existing;
 use crate::os::FdWriter;
 use crate::prof::table::{Tables, COUNT_ONE, PROF_LOCK, TABLES};
+use crate::sync::LockWait;
 use crate::sys;
 
 /// How long the signal handler waits for `PROF_LOCK` before it gives up
@@ -34,19 +35,19 @@ const SIGNAL_WAIT_NS: u64 = 200_000_000;
 /// At exit (`report`'s `.fini_array` entry): the profile, if on.
 pub fn at_exit() {
     if options::get().prof {
-        write_to_file(true);
+        write_to_file(LockWait::Wait);
     }
 }
 
 /// On the statistics signal: the profile, if on, without waiting long.
 pub fn on_signal() {
     if options::get().prof {
-        write_to_file(false);
+        write_to_file(LockWait::Try);
     }
 }
 
 /// Writes the profile to `SLUBMALLOC_PROF_FILE`, rewritten each time.
-fn write_to_file(wait: bool) {
+fn write_to_file(wait: LockWait) {
     if !lock(wait) {
         crate::os::write_all(
             2,
@@ -76,7 +77,7 @@ pub fn write_to_path(path: &CStr) -> Result<(), i32> {
         // SAFETY: __errno_location is always valid.
         return Err(unsafe { *sys::__errno_location() });
     }
-    lock(true);
+    lock(LockWait::Wait);
     // SAFETY: PROF_LOCK is held.
     write_tables(fd, unsafe { &*TABLES.data_ptr() });
     PROF_LOCK.unlock();
@@ -85,8 +86,10 @@ pub fn write_to_path(path: &CStr) -> Result<(), i32> {
     Ok(())
 }
 
-fn lock(wait: bool) -> bool {
-    if wait {
+/// Takes `PROF_LOCK`; with `LockWait::Try`, tries it for `SIGNAL_WAIT_NS`
+/// at most and returns false if it was not got.
+fn lock(wait: LockWait) -> bool {
+    if wait == LockWait::Wait {
         PROF_LOCK.lock();
         return true;
     }

@@ -14,7 +14,7 @@ fn unmap_only_segment(s: &mut Segments) {
     assert!(!first.is_null() && s.count == 1);
     // SAFETY: the test's segment, live.
     s.all.remove(unsafe { &*first });
-    set_mapped(first as usize, false);
+    mark_unmapped(first as usize);
     os::unmap(first.cast(), SEGMENT_BYTES);
     crate::counters::global()
         .segments

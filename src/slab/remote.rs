@@ -8,8 +8,8 @@ use core::ptr;
 
 use crate::freelist::set_next;
 use crate::slab::{
-    double_free, invalid_free, remote_list, Push, Slab, State, CLOSED, FULL_WORD, OWNED_TAG,
-    TAG_MASK,
+    double_free, invalid_free, remote_list, Push, Slab, State, Suspicion, CLOSED, FULL_WORD,
+    OWNED_TAG, TAG_MASK,
 };
 use crate::sync::{invariant, AtomicPtr, Ordering};
 
@@ -55,20 +55,20 @@ impl Slab {
 
     /// Frees `p` into a slab the caller does not hold, if it is OWNED by
     /// another heap: the one remote push of the allocator. `me` is the
-    /// freer's heap id; `looks_free` says whether `p`'s first word, read
+    /// freer's heap id; `suspicion` says whether `p`'s first word, read
     /// before any write, decodes to a valid link (the double-free test: the
     /// owner holds the lists, so they cannot be walked). Stops the process
     /// on an invalid pointer or a double free. Cost when it pushes: a load,
     /// an owner compare, the slot test, an encode and one CAS. When it does
     /// not push, it may have written its link into `p` already: a caller
-    /// that tries again keeps the `looks_free` it read first.
+    /// that tries again keeps the `suspicion` it read first.
     #[inline]
-    pub fn push_remote(&self, p: *mut u8, me: usize, looks_free: bool) -> Push {
+    pub fn push_remote(&self, p: *mut u8, me: usize, suspicion: Suspicion) -> Push {
         self.push_remote_run(p, p, me, || {
             if !self.is_object_start(p) {
                 invalid_free(p);
             }
-            if looks_free {
+            if suspicion == Suspicion::DoubleFree {
                 double_free(p);
             }
         })

@@ -15,7 +15,7 @@ use loom::thread;
 use crate::freelist::{clear_link, get_next, init_secret, set_next};
 use crate::node::{Freer, Node};
 use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTES};
-use crate::slab::{Push, Slab, State, CLOSED};
+use crate::slab::{Push, RemoteFrees, Slab, State, Suspicion, CLOSED};
 use crate::sync::{AtomicPtr, Ordering};
 
 /// Owner ids of the model's heaps (any distinct even numbers).
@@ -281,8 +281,8 @@ impl Freer for ModelHeap<'_> {
 
     /// Onto the local list, as `free::free_owned_slow` frees a block that
     /// does not look free.
-    fn free_owned(&self, slab: &Slab, p: *mut u8, looks_free: bool) {
-        assert!(!looks_free);
+    fn free_owned(&self, slab: &Slab, p: *mut u8, suspicion: Suspicion) {
+        assert_eq!(suspicion, Suspicion::Clear);
         // SAFETY: `p` is an object of the slab, in use, given up; the heap
         // owns the slab.
         unsafe { slab.free_object(p) };
@@ -315,7 +315,7 @@ impl Freer for ModelHeap<'_> {
 
 /// A free of `p` by the heap `me` into `slab`, which it may not own,
 /// through the shipped `Node::free_unowned` (as `free::free_unowned` frees
-/// it); `looks_free` is the double-free test as `remote_free::free_slow`
+/// it); `suspicion` is the double-free test as `remote_free::free_slow`
 /// read it, once, before the first push (whose losing CAS may already have
 /// written a link into `p`). Returns whether `me` claimed the slab.
 fn free_by(
@@ -323,11 +323,11 @@ fn free_by(
     node: &Node,
     slab: &Slab,
     p: usize,
-    looks_free: bool,
+    suspicion: Suspicion,
     returned: Option<&AtomicPtr<Slab>>,
 ) -> bool {
     let heap = ModelHeap::new(me, node, returned);
-    node.free_unowned(slab, p as *mut u8, looks_free, &heap);
+    node.free_unowned(slab, p as *mut u8, suspicion, &heap);
     heap.claimed.get()
 }
 
@@ -344,7 +344,7 @@ fn free_remote(slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
 /// closed, else `me` adopts it. The slab is never listed: the node is the
 /// free's own.
 fn free_warm(me: usize, slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bool {
-    free_by(me, &Node::new(), slab, p, false, Some(returned))
+    free_by(me, &Node::new(), slab, p, Suspicion::Clear, Some(returned))
 }
 
 /// A free by OTHER, for which the class is warm, into a slab with no last
@@ -352,15 +352,15 @@ fn free_warm(me: usize, slab: &Slab, p: usize, returned: &AtomicPtr<Slab>) -> bo
 /// it is LISTED (looking again once the lock is held); the claim of a FULL
 /// slab, which the freer adopts. Returns whether the freer claimed the
 /// slab.
-fn free_unowned(node: &Node, slab: &Slab, p: usize, looks_free: bool) -> bool {
-    free_by(OTHER, node, slab, p, looks_free, None)
+fn free_unowned(node: &Node, slab: &Slab, p: usize, suspicion: Suspicion) -> bool {
+    free_by(OTHER, node, slab, p, suspicion, None)
 }
 
 /// A free by a heap for which the class is cold (`free_by`): a FULL slab it
 /// claims goes to the node list, not to its heap. Returns whether it
 /// claimed the slab.
 fn free_cold(node: &Node, slab: &Slab, p: usize) -> bool {
-    free_by(COLD, node, slab, p, false, None)
+    free_by(COLD, node, slab, p, Suspicion::Clear, None)
 }
 
 #[test]
@@ -373,7 +373,7 @@ fn remote_frees_reach_the_owner_while_it_frees_and_collects() {
             .into_iter()
             .map(|p| {
                 thread::spawn(move || {
-                    assert_eq!(slab.push_remote(p as *mut u8, OTHER, false), Push::Pushed);
+                    assert_eq!(slab.push_remote(p as *mut u8, OTHER, Suspicion::Clear), Push::Pushed);
                 })
             })
             .collect();
@@ -477,11 +477,11 @@ fn a_take_from_the_node_races_a_free_into_the_listed_slab() {
         let node = Arc::new(Node::new());
         node.lock.lock();
         assert!(slab.begin_listing().is_null());
-        node.add(slab, false);
+        node.add(slab, RemoteFrees::NoneCame);
         node.lock.unlock();
         let n = node.clone();
         // The freer, as `free_unowned`: push if owned, else under the lock.
-        let freer = thread::spawn(move || assert!(!free_unowned(&n, slab, a, false)));
+        let freer = thread::spawn(move || assert!(!free_unowned(&n, slab, a, Suspicion::Clear)));
         take_from_node(&node, slab);
         freer.join().unwrap();
         assert_eq!(free_in_owned(slab), BTreeSet::from([a, c, d]));
@@ -509,7 +509,7 @@ fn a_cold_allocation_from_a_shared_slab_races_a_free_into_it() {
         // The freer of `a`, as `free_unowned`: under the node lock while
         // LISTED; if the slab went FULL meanwhile, its first free claims it
         // and (no last owner) adopts it.
-        let freer = thread::spawn(move || free_unowned(&n, slab, a, false));
+        let freer = thread::spawn(move || free_unowned(&n, slab, a, Suspicion::Clear));
         // Another thread's cold allocation: the last free object.
         node.lock.lock();
         let (d, fresh) = node.take_object();
@@ -569,8 +569,12 @@ fn a_remote_free_that_loses_its_push_to_a_listing_is_no_double_free() {
         // push would stop the process with "double free".
         let freer = thread::spawn(move || {
             // SAFETY: `a` is an object of the slab.
-            let looks_free = unsafe { crate::slab::looks_free(a as *mut u8) };
-            assert!(!free_unowned(&n, slab, a, looks_free));
+            let suspicion = if unsafe { crate::slab::looks_free(a as *mut u8) } {
+                Suspicion::DoubleFree
+            } else {
+                Suspicion::Clear
+            };
+            assert!(!free_unowned(&n, slab, a, suspicion));
         });
         // The owner gives the slab up, as `release::release` does, and a
         // heap takes it again, as `refill::take_from_node` does.
@@ -606,7 +610,7 @@ fn a_cold_free_lists_the_full_slab_it_claims_while_another_frees_into_it() {
         let node = Arc::new(Node::new());
         let n = node.clone();
         let cold = thread::spawn(move || free_cold(&n, slab, a));
-        let adopted = free_unowned(&node, slab, b, false);
+        let adopted = free_unowned(&node, slab, b, Suspicion::Clear);
         let listed = cold.join().unwrap();
         assert!(listed != adopted, "exactly one freer claims the slab");
         let mut free = BTreeSet::new();
@@ -720,8 +724,8 @@ fn a_run_pushed_as_the_owner_lists_the_slab_is_merged_or_freed_block_by_block() 
         take_from_node(&node, slab);
         let pushed = freer.join().unwrap();
         // A run that landed before the listing is merged whole.
-        assert_eq!(free, if merged { 3 } else { 1 });
-        assert!(!merged || pushed);
+        assert_eq!(free, if merged == RemoteFrees::Came { 3 } else { 1 });
+        assert!(merged == RemoteFrees::NoneCame || pushed);
         assert_eq!(slab.state(), State::Owned);
         assert_eq!(slab.owner.load(Ordering::Relaxed), OWNER);
         assert_eq!(node.nr_partial.load(Ordering::Relaxed), 0);
