@@ -120,11 +120,11 @@ impl Freer for ClassFreer<'_> {
 
 /// Frees in a row by one thread into one node-listed slab after which the
 /// thread takes the slab. A program that frees its blocks in the order it
-/// allocated them frees a slab's blocks one after another (big_heap's free
-/// phase took the node lock for every free without adoption), and two in a
-/// row would suffice for it. But threads that free blocks at random meet
-/// two in a row into one slab by chance, and took slabs they did not need
-/// (`shared_table`'s peak grew by half with two: bench/report/HISTORY.md).
+/// allocated them frees a slab's blocks one after another, so that without
+/// adoption each of its frees would take the node lock, and two in a row
+/// would suffice for it. But threads that free blocks at random meet a few
+/// in a row into one slab by chance, and would take slabs they do not
+/// need (bench/report/HISTORY.md has the measurements behind the number).
 const ADOPT_AFTER_FREES: usize = 8;
 /// The low bits of `ClassHeap::last_listed_free` that count the run.
 const RUN_MASK: usize = 127;

@@ -118,7 +118,7 @@ pub struct Heap {
     pub secret: Cell<usize>,
     pub prof_rng: Cell<u64>,
     pub prof_busy: Cell<bool>,
-    /// Set while `prof::sample::calibrate` allocates through Rust's entry points.
+    /// Set while `prof::sample::stack_start::calibrate` allocates through Rust's entry points.
     pub prof_calibrating: Cell<bool>,
     /// Classes that are warm in this heap (bit `class`): the thread has
     /// owned a slab of them, or took `shared::SHARED_OBJECTS` objects. Only

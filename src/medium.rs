@@ -44,9 +44,9 @@ use crate::slab::{invalid_free, Slab, State};
 /// `segment::span` then passes by for new ones, and their free slabs wait
 /// resident for the purge delay, on top of what the mappings' cache keeps:
 /// a program that keeps a few blocks of up to 4 MiB and grows buffers to
-/// that size by `realloc` (`large`) kept more memory with them as spans
-/// than as mappings, which the cache reuses and `mremap` grows (with half
-/// a segment, several times more; with 1 MiB, a little more).
+/// that size by `realloc` (`large`) keeps more memory with them as spans
+/// than as mappings, which the cache reuses and `mremap` grows
+/// (bench/report/HISTORY.md has the measurements behind the number).
 pub const MAX_MEDIUM_BYTES: usize = 8 * SLAB_BYTES;
 
 /// Whether a request of `size` bytes at `align` is served as a medium

@@ -141,9 +141,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
             };
             // A slab's start that its last use (of any class) carved and
             // that was not purged since is resident already: carved in one
-            // go. A page at a time cost one slow path per page: `fastpath`'s
-            // class of 512 B, whose second slab empties and goes back to its
-            // segment in every batch, took 9% more CPU time.
+            // go, not a page at a time (one slow path per page saved).
             let batch = (4096 / a.size.get())
                 .max(least)
                 .max(resident_bytes / a.size.get());

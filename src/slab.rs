@@ -502,9 +502,11 @@ impl Slab {
         unsafe { crate::freelist::has_sheaf_tag(secret, p) }
     }
 
-    /// OWNED by the heap profile, just made: every free of its blocks must
-    /// reach the free slow path, which hands them to the profile, so the
-    /// free fast path is sent to the class heap that never has a sheaf.
+    /// OWNED by a side heap (debug mode's or the heap profile's,
+    /// `side_slabs`), just made: every free of its blocks must reach the
+    /// free slow path, which hands them back to that heap's owner (`debug`,
+    /// `prof::sample`), so the free fast path is sent to the class heap that
+    /// never has a sheaf.
     pub fn keep_off_sheaves(&self) {
         invariant!(self.state() == State::Owned);
         self.heap_offset

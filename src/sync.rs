@@ -202,9 +202,9 @@ impl Lock {
     /// if no thread holds it. The lock keeps no owner, so a lock another
     /// thread holds passes; the check catches a caller that took none.
     /// Compiled out of release builds, as `invariant!` is, and off under the
-    /// model check: loom explored every extra load (`ci/model.sh` took 2.5
-    /// times as long), and it reports a list touched without the lock as a
-    /// race on the list's cells anyway.
+    /// model check: loom would explore its extra load in every scenario, and
+    /// it reports a list touched without the lock as a race on the list's
+    /// cells anyway.
     #[inline(always)]
     #[track_caller]
     pub fn assert_held(&self) {
