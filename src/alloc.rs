@@ -11,7 +11,7 @@ use crate::heap;
 use crate::heap_start;
 use crate::large::{self, Freed};
 use crate::layout;
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 use crate::layout::Asked;
 use crate::medium;
 use crate::node;
@@ -72,7 +72,7 @@ fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
 /// Zeroed allocation. Large blocks fresh from mmap are not cleared again.
 /// Inlined into Rust's `__rust_alloc_zeroed`, so that a heap profile's
 /// stacks start at its caller (see `prof::sample::capture_stack`).
-#[cfg_attr(not(feature = "override"), inline)]
+#[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
 pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
         Some(class) => {
@@ -179,7 +179,7 @@ unsafe fn free_checked(p: *mut u8, size: usize, align: usize) {
 ///
 /// # Safety
 /// `p` is null or a live block of ours.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 #[inline(always)]
 pub unsafe fn free_sized(p: *mut u8, size: usize, asked: &[Asked]) {
     if segment::contains(p) {
@@ -200,7 +200,7 @@ pub unsafe fn free_sized(p: *mut u8, size: usize, asked: &[Asked]) {
 ///
 /// # Safety
 /// `p` is null or a live block of ours.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 #[cold]
 #[inline(never)]
 pub unsafe fn free_asked(p: *mut u8, asked: &[Asked]) {
@@ -272,7 +272,7 @@ pub unsafe fn realloc_with_layout(
 ///
 /// # Safety
 /// `p` is a live block of ours allocated with alignment `align`.
-#[cfg_attr(not(feature = "override"), inline)]
+#[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
 pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     let old_size = if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment, whose header is mapped.

@@ -529,7 +529,7 @@ pub fn repair_in_child() {
 }
 
 /// Cached mappings (pieces kept for reuse) now: one lock hold For `mallinfo2`.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 pub fn cached_pieces() -> u64 {
     LARGE.with(|t| t.cache.pieces())
 }

@@ -265,7 +265,7 @@ impl Cache {
     }
 
     /// Cached mappings now.
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     pub fn pieces(&self) -> u64 {
         self.slots.iter().filter(|c| c.base != 0).count() as u64
     }

@@ -9,6 +9,7 @@
 mod common;
 
 mod background_purge;
+mod build_commands;
 mod demo;
 mod freelist_order;
 mod glibc_introspection;
