@@ -13,6 +13,7 @@ use crate::large::{self, Freed};
 use crate::layout;
 #[cfg(any(feature = "override", slubmalloc_preload))]
 use crate::layout::Asked;
+use crate::live_block::{self, Reader};
 use crate::medium;
 use crate::node;
 use crate::os;
@@ -236,8 +237,8 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
         if let Some(bytes) = medium::block_bytes(unsafe { &*slab_of(p) }, p) {
             return bytes;
         }
-        // SAFETY: `p` is inside a mapped segment.
-        unsafe { fastpath::usable_size(p) }
+        // SAFETY: `p` is inside a mapped segment, no medium block.
+        unsafe { live_block::usable_size(p, Reader::UsableSize) }
     } else {
         match large::usable_size(p) {
             Some(n) => n,
@@ -282,18 +283,17 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
                 return p;
             }
             bytes
+        } else if debug::enabled() {
+            // SAFETY: `p` is inside a mapped segment, no medium block; the
+            // red zone moves with the size, so no in-place.
+            unsafe { live_block::usable_size(p, Reader::Realloc) }
         } else {
-            // SAFETY: `p` is inside a mapped segment.
-            let class = unsafe { fastpath::class_of_ptr(p) };
-            if debug::enabled() {
-                // SAFETY: as above; the red zone moves with the size, so no
-                // in-place.
-                unsafe { fastpath::usable_size(p) }
-            } else if class_for(new_size, align) == Some(class) {
+            // SAFETY: as above.
+            let class = unsafe { live_block::class_of(p, Reader::Realloc) };
+            if class_for(new_size, align) == Some(class) {
                 return p;
-            } else {
-                CLASS_BYTES[class] as usize
             }
+            CLASS_BYTES[class] as usize
         }
     } else {
         if align <= os::PAGE_BYTES {

@@ -120,6 +120,7 @@ mod large_cache;
 mod large_map;
 mod layout;
 mod list;
+mod live_block;
 mod medium;
 #[cfg(feature = "nightly")]
 mod nightly;
