@@ -64,8 +64,10 @@
 //! again. It cannot see a store the compiler removed (an out-of-bounds
 //! write is undefined behaviour, and the optimiser may drop it), a read out
 //! of bounds, an overflow of a block that is never freed, a store that skips
-//! the red zone into another live block, or any overflow of a medium or
-//! large block (more than 64 KiB with the red zone: no red zone).
+//! the red zone into another live block, or an overflow of a medium block,
+//! or of a large block within its last page (more than 64 KiB with the red
+//! zone: no red zone; past a large block's last page is its guard page,
+//! which faults, debug mode or not).
 //!
 //! # Any program, by LD_PRELOAD
 //!

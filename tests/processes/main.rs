@@ -15,6 +15,7 @@ mod freelist_order;
 mod glibc_introspection;
 mod heap_profile;
 mod large_after_free;
+mod large_guard;
 mod misuse;
 mod out_of_memory;
 mod preload_contract;
