@@ -29,7 +29,7 @@
 use core::mem::MaybeUninit;
 
 use crate::counters::raise;
-use crate::large_map::{unmap_block, GUARD_BYTES};
+use crate::large_map::{count_guards_opened, unmap_block, GUARD_BYTES};
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::{invariant, Ordering};
 
@@ -138,6 +138,7 @@ impl Cache {
                     self.slots[i].base += taken;
                     self.slots[i].len -= taken;
                     self.bytes -= taken;
+                    count_guards_opened(-1);
                     Hit::Fits(c.base, len, c.protected, true)
                 } else {
                     self.slots[i] = NO_CACHED;
@@ -191,6 +192,7 @@ impl Cache {
                 // The guard between them is inside the merged piece.
                 base = base.min(c.base);
                 len += c.len + GUARD_BYTES;
+                count_guards_opened(1);
                 protected = true;
                 self.bytes -= c.len;
                 *c = NO_CACHED;

@@ -18,8 +18,20 @@ use crate::os::{self, PAGE_BYTES};
 use crate::purge;
 use crate::sync::Ordering;
 
-/// The guard page after every large block's mapping, a part of it.
+/// The guard page after every large block's mapping, a part of it. The
+/// mapped bytes count no guard page: it holds no memory (and so glibc's
+/// `system` stays its `arena` plus `hblkhd`, `glibc_info`).
 pub const GUARD_BYTES: usize = PAGE_BYTES;
+
+/// Counts `pages` guard pages that became bytes of a cached piece (cached
+/// neighbours merged across them), or with a negative count bytes of a
+/// piece that became a guard (a split): in the mapped bytes.
+pub fn count_guards_opened(pages: isize) {
+    let bytes = pages * GUARD_BYTES as isize;
+    let g = counters::global();
+    g.large_mapped.fetch_add(bytes as u64, Ordering::Relaxed);
+    g.mapped_changed(bytes as i64);
+}
 
 /// A fresh mapping of `len` bytes at `align` and its guard, counted; None
 /// (errno ENOMEM) if the kernel refuses.
@@ -33,9 +45,8 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
         return None;
     }
     let g = counters::global();
-    g.large_mapped
-        .fetch_add(with_guard as u64, Ordering::Relaxed);
-    g.mapped_changed(with_guard as i64);
+    g.large_mapped.fetch_add(len as u64, Ordering::Relaxed);
+    g.mapped_changed(len as i64);
     purge::count_taken(len as u64, true);
     set_guard(m as usize + len);
     Some(m as usize)
@@ -155,12 +166,10 @@ fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
 
 /// Unmaps a large block's mapping of `len` bytes and its guard, counted.
 pub fn unmap_block(base: usize, len: usize) {
-    let with_guard = len + GUARD_BYTES;
-    os::unmap(base as *mut u8, with_guard);
+    os::unmap(base as *mut u8, len + GUARD_BYTES);
     let g = counters::global();
-    g.large_mapped
-        .fetch_sub(with_guard as u64, Ordering::Relaxed);
-    g.mapped_changed(-(with_guard as i64));
+    g.large_mapped.fetch_sub(len as u64, Ordering::Relaxed);
+    g.mapped_changed(-(len as i64));
 }
 
 #[cfg(all(test, not(loom)))]
