@@ -9,7 +9,7 @@
 # without the preload, for the interpreter it really is and runs that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --features override --quiet
+cargo build --release --quiet
 target=${CARGO_TARGET_DIR:-target}
 lib="$(cd "$target" && pwd)/release/libslubmalloc.so"
 if command -v python3 >/dev/null; then

@@ -107,7 +107,7 @@ class Target:
             lib = os.path.join(ROOT, "target", "release", "libslubmalloc.so")
             if not os.path.exists(lib):
                 run_checked("build the preload library for PID",
-                            "cargo build --release --features override --quiet")
+                            "cargo build --release --quiet")
             env = dict(os.environ, LD_PRELOAD=lib)
             env.pop("SLUBMALLOC_STATS", None)
             self.proc = subprocess.Popen(

@@ -27,8 +27,7 @@ def sh(cmd, **kw):
 
 
 def build(workload):
-    sh(["cargo", "build", "--release", "--features", "override", "-q"])
-    sh(["cargo", "build", "--release", "-p", "slubtop", "-q"])
+    sh(["cargo", "build", "--release", "-q"])
     out = os.path.join(ROOT, "target", "slubtop_cost")
     os.makedirs(out, exist_ok=True)
     exe = os.path.join(out, workload)

@@ -12,8 +12,9 @@ use crate::heap_exit;
 use crate::heap_start;
 use crate::large::{self, Freed};
 use crate::layout;
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 use crate::layout::Asked;
+use crate::live_block::{self, Reader};
 use crate::medium;
 use crate::node;
 use crate::os;
@@ -72,7 +73,7 @@ fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
 /// Zeroed allocation. Large blocks fresh from mmap are not cleared again.
 /// Inlined into Rust's `__rust_alloc_zeroed`, so that a heap profile's
 /// stacks start at its caller (see `prof::sample::capture_stack`).
-#[cfg_attr(not(feature = "override"), inline)]
+#[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
 pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
         Some(class) => {
@@ -181,7 +182,7 @@ unsafe fn free_checked(p: *mut u8, size: usize, align: usize) {
 ///
 /// # Safety
 /// `p` is null or a live block of ours.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 #[inline(always)]
 pub unsafe fn free_sized(p: *mut u8, size: usize, asked: &[Asked]) {
     if segment::contains(p) {
@@ -202,7 +203,7 @@ pub unsafe fn free_sized(p: *mut u8, size: usize, asked: &[Asked]) {
 ///
 /// # Safety
 /// `p` is null or a live block of ours.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 #[cold]
 #[inline(never)]
 pub unsafe fn free_asked(p: *mut u8, asked: &[Asked]) {
@@ -238,8 +239,8 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
         if let Some(bytes) = medium::block_bytes(unsafe { &*slab_of(p) }, p) {
             return bytes;
         }
-        // SAFETY: `p` is inside a mapped segment.
-        unsafe { fastpath::usable_size(p) }
+        // SAFETY: `p` is inside a mapped segment, no medium block.
+        unsafe { live_block::usable_size(p, Reader::UsableSize) }
     } else {
         match large::usable_size(p) {
             Some(n) => n,
@@ -274,7 +275,7 @@ pub unsafe fn realloc_with_layout(
 ///
 /// # Safety
 /// `p` is a live block of ours allocated with alignment `align`.
-#[cfg_attr(not(feature = "override"), inline)]
+#[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
 pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     let old_size = if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment, whose header is mapped.
@@ -284,18 +285,17 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
                 return p;
             }
             bytes
+        } else if debug::enabled() {
+            // SAFETY: `p` is inside a mapped segment, no medium block; the
+            // red zone moves with the size, so no in-place.
+            unsafe { live_block::usable_size(p, Reader::Realloc) }
         } else {
-            // SAFETY: `p` is inside a mapped segment.
-            let class = unsafe { fastpath::class_of_ptr(p) };
-            if debug::enabled() {
-                // SAFETY: as above; the red zone moves with the size, so no
-                // in-place.
-                unsafe { fastpath::usable_size(p) }
-            } else if class_for(new_size, align) == Some(class) {
+            // SAFETY: as above.
+            let class = unsafe { live_block::class_of(p, Reader::Realloc) };
+            if class_for(new_size, align) == Some(class) {
                 return p;
-            } else {
-                CLASS_BYTES[class] as usize
             }
+            CLASS_BYTES[class] as usize
         }
     } else {
         if align <= os::PAGE_BYTES {

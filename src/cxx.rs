@@ -1,5 +1,5 @@
 //! C++'s `operator delete` family, exported with the C malloc family
-//! (feature `override`), so that a C++ program's deletes reach slubmalloc
+//! (`ffi`), so that a C++ program's deletes reach slubmalloc
 //! directly rather than through the C++ library's, and its sized deletes
 //! (`delete` of a complete type, C++14) are checked against the block as
 //! C23's `free_sized` is (`layout`). `operator new` stays the C++

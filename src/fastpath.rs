@@ -6,7 +6,6 @@
 //! room) and `free` (a free with no sheaf).
 
 use crate::counters::Ev;
-use crate::debug;
 use crate::free::free_suspicious;
 use crate::freelist::{
     corrupted_link, get_next_with, holds_link_with, prefetch, set_sheaf_tag, HARDENING,
@@ -326,33 +325,3 @@ fn opaque(x: usize) -> usize {
 #[cold]
 #[inline(always)]
 fn unlikely() {}
-
-/// Usable size of an object inside one of our segments.
-///
-/// # Safety
-/// As for `free`.
-#[inline]
-pub unsafe fn usable_size(p: *mut u8) -> usize {
-    // SAFETY: per the contract.
-    let slab = unsafe { &*slab_of(p) };
-    if slab.state() == State::Free || !slab.is_object_start(p) {
-        invalid_free(p);
-    }
-    if debug::enabled() {
-        return debug::requested_size(slab, p);
-    }
-    slab.size.get() as usize
-}
-
-/// The class of the slab holding `p` (for realloc in place).
-///
-/// # Safety
-/// As for `free`.
-pub unsafe fn class_of_ptr(p: *mut u8) -> usize {
-    // SAFETY: per the contract.
-    let slab = unsafe { &*slab_of(p) };
-    if slab.state() == State::Free || !slab.is_object_start(p) {
-        invalid_free(p);
-    }
-    slab.class.get() as usize
-}

@@ -1,4 +1,6 @@
-//! The C malloc family, exported when the `override` feature is on, so that
+//! The C malloc family, exported by the preload library (`preload/`, whose
+//! build sets `slubmalloc_preload`) and by the crate with its `override`
+//! feature, so that
 //! `LD_PRELOAD=libslubmalloc.so` serves every heap allocation of a process,
 //! including glibc's own internal `__libc_*` calls. Semantics and errno follow
 //! glibc 2.36 as measured (the `errno` group of tests/c/preload_contract.c

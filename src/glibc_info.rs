@@ -2,7 +2,7 @@
 //! `mallinfo2`, the XML of `malloc_info` and the closing lines of
 //! `malloc_stats`, so that code written for glibc's output reads slubmalloc's
 //! numbers. README ("glibc's introspection") says which field means what.
-//! The first two are the `override` build's (`ffi`); the report ends with
+//! The first two are the C entry points' (`ffi`); the report ends with
 //! the third in every build.
 //!
 //! Nothing here allocates. The numbers are taken first (`stats`, and one
@@ -13,14 +13,14 @@
 use core::fmt::{self, Write};
 
 use crate::counters::global;
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 use crate::large;
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 use crate::size_class;
 use crate::stats::Stats;
 use crate::sync::Ordering;
 
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 /// glibc's `struct mallinfo2`, in bytes and counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MallInfo {
@@ -48,14 +48,14 @@ pub struct MallInfo {
     pub keepcost: u64,
 }
 
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 /// The `mallinfo2` answer now.
 pub fn mallinfo() -> MallInfo {
     let s = crate::stats::stats();
     from_stats(&s, large::cached_pieces())
 }
 
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 fn from_stats(s: &Stats, cached_pieces: u64) -> MallInfo {
     let (mut smblks, mut fsmblks) = (0, 0);
     for c in s.caches() {
@@ -81,7 +81,7 @@ fn from_stats(s: &Stats, cached_pieces: u64) -> MallInfo {
     }
 }
 
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 /// Writes glibc's `malloc_info` XML with slubmalloc's numbers: one heap,
 /// whose `<sizes>` are the size classes with free slots; `fast` the free
 /// slots, `rest` the other free bytes of `arena` (slabs no class holds,

@@ -1,6 +1,6 @@
 //! Large blocks (above the largest size class, and above glibc's dynamic
 //! mmap threshold or the medium blocks' bound, `medium`): each in its own
-//! mapping, found on free through an open-addressing table keyed by
+//! mapping, a guard page after it (`large_map`), found on free through an open-addressing table keyed by
 //! address, so a pointer we never handed out is recognised, not followed.
 //! Freed mappings are kept for reuse in a cache (`large_cache::Cache`, a
 //! part of the table, under the same lock); mappings are made, grown and
@@ -12,7 +12,7 @@ use core::ptr;
 
 use crate::counters::{add_locked, raise};
 use crate::large_cache::{Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
-use crate::large_map::{grow_cached, map_fresh, resize_mapping, unmap_block};
+use crate::large_map::{grow_cached, map_fresh, resize_block, set_guard, unmap_block};
 use crate::options;
 use crate::os::{self, PAGE_BYTES};
 use crate::purge;
@@ -276,7 +276,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
                 return Err(());
             }
             let hit = t.cache.take(len);
-            if let Some(Hit::Fits(base, l, _)) = hit {
+            if let Some(Hit::Fits(base, l, ..)) = hit {
                 t.enter(base, l, true);
             }
             Ok(hit)
@@ -289,10 +289,14 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             os::set_enomem();
             return ptr::null_mut();
         }
-        Ok(Some(Hit::Fits(base, l, protected))) => {
+        Ok(Some(Hit::Fits(base, l, protected, split))) => {
             // Cost for a protected piece: one mprotect, which rewrites its
-            // page table entries (bench/report/HISTORY.md has the numbers).
+            // page table entries (bench/report/HISTORY.md has the numbers);
+            // for a split one, one more for its guard.
             if !protected || os::protect(base as *mut u8, l, true) {
+                if split {
+                    set_guard(base + l);
+                }
                 purge::count_taken(l as u64, false);
                 if zero {
                     // SAFETY: the cached mapping is ours, accessible now, and
@@ -309,18 +313,12 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
                 None => return ptr::null_mut(),
             }
         }
-        Ok(Some(Hit::Grow(base, l, protected))) => {
+        Ok(Some(Hit::Grow(base, l))) => {
             // A failed grow falls back to a fresh mapping: errno stays as
             // the caller had it unless that fails too (`map_fresh` sets it).
-            // The piece is made accessible first: growing it may copy it.
             let grown = {
                 let _keep = os::ErrnoGuard::save();
-                if !protected || os::protect(base as *mut u8, l, true) {
-                    grow_cached(base, l, len, zero)
-                } else {
-                    unmap_block(base, l);
-                    None
-                }
+                grow_cached(base, l, len, zero)
             };
             match grown {
                 Some(q) => (q, len, true),
@@ -467,7 +465,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
             // On failure the caller allocates, copies and frees, and sets
             // errno only if that fails too.
             let _keep = os::ErrnoGuard::save();
-            resize_mapping(p, e.len, new_len).unwrap_or(0)
+            resize_block(p, e.len, new_len).unwrap_or(0)
         };
         if q == 0 {
             // Out of memory: allocate, copy and free instead.
@@ -529,7 +527,7 @@ pub fn repair_in_child() {
 }
 
 /// Cached mappings (pieces kept for reuse) now: one lock hold For `mallinfo2`.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 pub fn cached_pieces() -> u64 {
     LARGE.with(|t| t.cache.pieces())
 }

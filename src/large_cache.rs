@@ -17,13 +17,21 @@
 //! in. Each cached piece is at most two more kernel mappings than without
 //! the protection (the boundaries where its protection differs from its
 //! neighbours'), so at most `2 * CACHE_SLOTS` in all.
+//!
+//! A piece is `len` bytes followed by the guard page of the block freed
+//! last in it (`large_map::GUARD_BYTES`, not counted in its bytes). Pieces
+//! that merge take the guard between them into the merged piece (its bytes
+//! grow by a page), which is then handed out made accessible whole, as a
+//! protected piece is. A piece split for a request gives the block its
+//! head and a guard page after it, for the caller to make inaccessible;
+//! the rest, after that page, keeps the piece's guard.
 
 use core::mem::MaybeUninit;
 
 use crate::counters::raise;
-use crate::large_map::unmap_block;
+use crate::large_map::{count_guards_opened, unmap_block, GUARD_BYTES};
 use crate::os::{self, PAGE_BYTES};
-use crate::sync::Ordering;
+use crate::sync::{invariant, Ordering};
 
 /// Cached mappings: at most this many, and at most `Cache::limit`
 /// bytes in all: half of the most bytes live in large blocks at once since
@@ -57,13 +65,16 @@ pub const MAX_MAPPING_PER_REQUEST: usize = 4;
 const CACHE_MIN_BYTES: usize = 64 << 20;
 const CACHE_MAX_BYTES: usize = 1 << 30;
 
-/// A freed mapping kept for reuse (`base == 0`: empty slot).
+/// A freed mapping kept for reuse (`base == 0`: empty slot): `len` bytes,
+/// and a guard page after them.
 #[derive(Clone, Copy)]
 struct Cached {
     base: usize,
     len: usize,
     freed_at_ns: u64,
-    /// Some of it is inaccessible: handing it out takes an mprotect.
+    /// Some of its `len` bytes are inaccessible (protected at a free, or
+    /// the guard between pieces that merged): handing it out takes an
+    /// mprotect.
     protected: bool,
 }
 
@@ -109,9 +120,9 @@ impl Cache {
     /// A mapping for `len` bytes from the cache: the smallest that fits,
     /// taken whole when little of it would be spare (an eighth of the
     /// request, or under `SPLIT_MIN_BYTES` with the mapping at most four
-    /// times the request), else split with its tail left cached; failing
-    /// that, the largest of at least half the size and `GROW_MIN_BYTES`,
-    /// for the caller to grow.
+    /// times the request), else split (the block's guard page after its
+    /// head, the rest left cached); failing that, the largest of at least
+    /// half the size and `GROW_MIN_BYTES`, for the caller to grow.
     pub fn take(&mut self, len: usize) -> Option<Hit> {
         let hit = match self.best_fit(len) {
             Some(i) => {
@@ -120,14 +131,19 @@ impl Cache {
                 let whole = spare <= len / 8
                     || (spare < SPLIT_MIN_BYTES && c.len <= MAX_MAPPING_PER_REQUEST * len);
                 if !whole {
-                    self.slots[i].base += len;
-                    self.slots[i].len -= len;
-                    self.bytes -= len;
-                    Hit::Fits(c.base, len, c.protected)
+                    // Spare is more than an eighth of a large block's
+                    // pages: more than the guard.
+                    let taken = len + GUARD_BYTES;
+                    invariant!(spare > GUARD_BYTES);
+                    self.slots[i].base += taken;
+                    self.slots[i].len -= taken;
+                    self.bytes -= taken;
+                    count_guards_opened(-1);
+                    Hit::Fits(c.base, len, c.protected, true)
                 } else {
                     self.slots[i] = NO_CACHED;
                     self.bytes -= c.len;
-                    Hit::Fits(c.base, c.len, c.protected)
+                    Hit::Fits(c.base, c.len, c.protected, false)
                 }
             }
             None => {
@@ -140,7 +156,7 @@ impl Cache {
                 let c = *c;
                 self.slots[i] = NO_CACHED;
                 self.bytes -= c.len;
-                Hit::Grow(c.base, c.len, c.protected)
+                Hit::Grow(c.base, c.len)
             }
         };
         self.publish();
@@ -152,9 +168,9 @@ impl Cache {
         (self.recent_peak / 2).clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
     }
 
-    /// Caches the freed mapping `base..base + len` (`protected`: made
-    /// inaccessible), merged with cached neighbours; the oldest entries make
-    /// room. What must be unmapped
+    /// Caches the freed mapping `base..base + len` and its guard
+    /// (`protected`: made inaccessible), merged with cached neighbours;
+    /// the oldest entries make room. What must be unmapped
     /// (evicted entries, or the mapping itself if it cannot be kept) goes
     /// to `out`, to be unmapped after the lock is released. One pass over
     /// the slots finds the neighbours, a free slot and the oldest entry;
@@ -170,10 +186,14 @@ impl Cache {
         let (mut free_slot, mut oldest) = (None, None);
         let mut oldest_at = u64::MAX;
         for (i, c) in self.slots.iter_mut().enumerate() {
-            if c.base != 0 && (c.base + c.len == base || base + len == c.base) {
+            if c.base != 0
+                && (c.base + c.len + GUARD_BYTES == base || base + len + GUARD_BYTES == c.base)
+            {
+                // The guard between them is inside the merged piece.
                 base = base.min(c.base);
-                len += c.len;
-                protected |= c.protected;
+                len += c.len + GUARD_BYTES;
+                count_guards_opened(1);
+                protected = true;
                 self.bytes -= c.len;
                 *c = NO_CACHED;
             }
@@ -265,7 +285,7 @@ impl Cache {
     }
 
     /// Cached mappings now.
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     pub fn pieces(&self) -> u64 {
         self.slots.iter().filter(|c| c.base != 0).count() as u64
     }
@@ -273,16 +293,17 @@ impl Cache {
 
 /// What `Cache::take` found.
 pub enum Hit {
-    /// A mapping that holds the request (at `base`, `len` bytes; whether
-    /// some of it is inaccessible).
-    Fits(usize, usize, bool),
-    /// A smaller mapping (at `base`, `len` bytes; as above) to grow with
-    /// mremap.
-    Grow(usize, usize, bool),
+    /// A mapping that holds the request (at `base`, `len` bytes, a guard
+    /// page after them; whether some of it is inaccessible; whether it was
+    /// split off a piece, so that its guard page is still to be made).
+    Fits(usize, usize, bool, bool),
+    /// A smaller mapping (at `base`, `len` bytes, a guard page after
+    /// them) to grow with mremap.
+    Grow(usize, usize),
 }
 
-/// Mappings to unmap once the lock is released: (base, len) pairs, the
-/// first `n` written. Left uninitialised (528 bytes): the caller makes one
+/// Mappings to unmap once the lock is released: (base, len) pairs (each
+/// with its guard page after it), the first `n` written. Left uninitialised (528 bytes): the caller makes one
 /// per free, and zeroing it cost more than the rest of the free's work.
 pub struct Evicted {
     list: [MaybeUninit<(usize, usize)>; CACHE_SLOTS + 1],
@@ -314,5 +335,45 @@ impl Evicted {
                 os::PURGED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The cache's arithmetic on addresses it never maps: two freed
+    /// neighbours (one's guard page right before the other) merge into one
+    /// piece, the guard between them inside it; a request split off it
+    /// gets the head, its guard page after it, and the rest starts past
+    /// that page, ending at the last block's guard.
+    #[test]
+    fn neighbours_merge_across_their_guard_and_a_split_leaves_one_after_the_block() {
+        let mut cache = Cache::EMPTY;
+        let mut out = Evicted::new();
+        let (a, len) = (1usize << 40, 4 * PAGE_BYTES);
+        cache.keep(a + len + GUARD_BYTES, len, false, 1, &mut out);
+        cache.keep(a, len, false, 2, &mut out);
+        assert_eq!(out.n, 0, "nothing evicted");
+        let merged = 2 * len + GUARD_BYTES;
+        assert_eq!(cache.bytes, merged);
+        assert!(matches!(
+            cache.take(PAGE_BYTES),
+            Some(Hit::Fits(base, PAGE_BYTES, true, true)) if base == a
+        ));
+        let rest: Vec<(usize, usize)> = cache
+            .slots
+            .iter()
+            .filter(|c| c.base != 0)
+            .map(|c| (c.base, c.len))
+            .collect();
+        let left = merged - PAGE_BYTES - GUARD_BYTES;
+        assert_eq!(rest, [(a + PAGE_BYTES + GUARD_BYTES, left)]);
+        assert_eq!(cache.bytes, left);
+        assert!(matches!(
+            cache.take(left),
+            Some(Hit::Fits(base, l, true, false)) if (base, l) == rest[0]
+        ));
+        assert_eq!(cache.bytes, 0);
     }
 }

@@ -1,5 +1,15 @@
 //! Large blocks' mappings: made fresh, grown with their pages, resized,
 //! unmapped, each counted in the mapped bytes. `large` decides which.
+//!
+//! Every large block's mapping ends with a guard page: `len` bytes for the
+//! block, then `GUARD_BYTES` left inaccessible (PROT_NONE), so that a read
+//! or write just past the block's usable size faults rather than reach
+//! another mapping. A cached piece keeps the guard after it
+//! (`large_cache`); a block resized keeps one after its new end. The guard
+//! is a kernel mapping of its own (a large block is two, where it was one):
+//! past `vm.max_map_count` the kernel refuses to split a mapping for it,
+//! and the block goes out without one (`set_guard`), as it went before
+//! guards; past it the mapping itself fails, and the allocation with it.
 
 use core::ptr;
 
@@ -8,10 +18,29 @@ use crate::os::{self, PAGE_BYTES};
 use crate::purge;
 use crate::sync::Ordering;
 
-/// A fresh mapping of `len` bytes at `align`, counted; None (errno ENOMEM)
-/// if the kernel refuses.
+/// The guard page after every large block's mapping, a part of it. The
+/// mapped bytes count no guard page: it holds no memory (and so glibc's
+/// `system` stays its `arena` plus `hblkhd`, `glibc_info`).
+pub const GUARD_BYTES: usize = PAGE_BYTES;
+
+/// Counts `pages` guard pages that became bytes of a cached piece (cached
+/// neighbours merged across them), or with a negative count bytes of a
+/// piece that became a guard (a split): in the mapped bytes.
+pub fn count_guards_opened(pages: isize) {
+    let bytes = pages * GUARD_BYTES as isize;
+    let g = counters::global();
+    g.large_mapped.fetch_add(bytes as u64, Ordering::Relaxed);
+    g.mapped_changed(bytes as i64);
+}
+
+/// A fresh mapping of `len` bytes at `align` and its guard, counted; None
+/// (errno ENOMEM) if the kernel refuses.
 pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
-    let m = os::map_aligned(len, align.max(PAGE_BYTES));
+    let Some(with_guard) = len.checked_add(GUARD_BYTES) else {
+        os::set_enomem();
+        return None;
+    };
+    let m = os::map_aligned(with_guard, align.max(PAGE_BYTES));
     if m.is_null() {
         return None;
     }
@@ -19,16 +48,33 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
     g.large_mapped.fetch_add(len as u64, Ordering::Relaxed);
     g.mapped_changed(len as i64);
     purge::count_taken(len as u64, true);
+    set_guard(m as usize + len);
     Some(m as usize)
 }
 
-/// Grows the cached mapping `base..base + old` (taken out of the cache, so
-/// ours) to `len` bytes (`resize_mapping`): its resident pages move along,
-/// only the new part faults in. None if that fails (the old mapping is
-/// unmapped). `zero`: the old part is cleared; the new part is fresh zero
-/// pages.
+/// Makes the page at `at`, the one after a block of ours, its guard
+/// (PROT_NONE). Past `vm.max_map_count` the kernel refuses (the page would
+/// split a kernel mapping): it stays accessible, a page of the block's
+/// mapping that nothing uses, and the block has no guard.
+pub fn set_guard(at: usize) {
+    os::protect(at as *mut u8, GUARD_BYTES, false);
+}
+
+/// Grows the cached mapping `base..base + old` and its guard (taken out of
+/// the cache, so ours) to `len` bytes and a guard after them: made
+/// accessible whole (any part of it may be inaccessible: protected at its
+/// free, or a guard between pieces that merged), then resized
+/// (`resize_mapping`): its resident pages move along, only the new part
+/// faults in. None if that fails (the old mapping is unmapped). `zero`: the
+/// old part is cleared; the new part is fresh zero pages.
 pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize> {
-    let Some(q) = resize_mapping(base, old, len) else {
+    let (old_all, len_all) = (old + GUARD_BYTES, len + GUARD_BYTES);
+    let grown = if os::protect(base as *mut u8, old_all, true) {
+        resize_mapping(base, old_all, len_all)
+    } else {
+        None
+    };
+    let Some(q) = grown else {
         unmap_block(base, old);
         return None;
     };
@@ -39,9 +85,34 @@ pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<us
     purge::count_taken(old as u64, false);
     purge::count_taken((len - old) as u64, true);
     if zero {
-        // SAFETY: the first `old` bytes of the new mapping are ours.
-        unsafe { ptr::write_bytes(q as *mut u8, 0, old) };
+        // SAFETY: the first `old_all` bytes of the new mapping are ours
+        // (`old < len`, both whole pages): the old guard's page may have
+        // held a block's bytes before a split made it a guard.
+        unsafe { ptr::write_bytes(q as *mut u8, 0, old_all) };
     }
+    set_guard(q + len);
+    Some(q)
+}
+
+/// Resizes the live block `base..base + old` (its guard after it) to `len`
+/// bytes and a guard after them, contents kept (`large::realloc`): a
+/// shrink unmaps the tail past the new guard; a growth makes the old guard
+/// accessible and resizes the whole (`resize_mapping`). None if the kernel
+/// refuses; the block is then intact, its guard too.
+pub fn resize_block(base: usize, old: usize, len: usize) -> Option<usize> {
+    if len < old {
+        set_guard(base + len);
+        os::unmap((base + len + GUARD_BYTES) as *mut u8, old - len);
+        return Some(base);
+    }
+    if !os::protect((base + old) as *mut u8, GUARD_BYTES, true) {
+        return None;
+    }
+    let Some(q) = resize_mapping(base, old + GUARD_BYTES, len + GUARD_BYTES) else {
+        set_guard(base + old);
+        return None;
+    };
+    set_guard(q + len);
     Some(q)
 }
 
@@ -50,7 +121,7 @@ pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<us
 /// merged across kernel mappings, one moved by an earlier mremap keeps its
 /// own) with `grow_in_parts`. None if the kernel refuses; the mapping is
 /// then intact.
-pub fn resize_mapping(base: usize, old: usize, len: usize) -> Option<usize> {
+fn resize_mapping(base: usize, old: usize, len: usize) -> Option<usize> {
     let q = os::remap(base as *mut u8, old, len) as usize;
     if q != 0 {
         return Some(q);
@@ -93,9 +164,9 @@ fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
     Some(q)
 }
 
-/// Unmaps a large block's mapping, counted.
+/// Unmaps a large block's mapping of `len` bytes and its guard, counted.
 pub fn unmap_block(base: usize, len: usize) {
-    os::unmap(base as *mut u8, len);
+    os::unmap(base as *mut u8, len + GUARD_BYTES);
     let g = counters::global();
     g.large_mapped.fetch_sub(len as u64, Ordering::Relaxed);
     g.mapped_changed(-(len as i64));

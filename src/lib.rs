@@ -64,14 +64,15 @@
 //! again. It cannot see a store the compiler removed (an out-of-bounds
 //! write is undefined behaviour, and the optimiser may drop it), a read out
 //! of bounds, an overflow of a block that is never freed, a store that skips
-//! the red zone into another live block, or any overflow of a medium or
-//! large block (more than 64 KiB with the red zone: no red zone).
+//! the red zone into another live block, or an overflow of a medium block,
+//! or of a large block within its last page (more than 64 KiB with the red
+//! zone: no red zone; past a large block's last page is its guard page,
+//! which faults, debug mode or not).
 //!
 //! # Any program, by LD_PRELOAD
 //!
 //! The repository's `preload` package builds `libslubmalloc.so`, which
-//! exports the C malloc family (the `override` feature): `cargo build
-//! --release --features override` in a clone, then
+//! exports the C malloc family: `cargo build --release` in a clone, then
 //! `LD_PRELOAD=target/release/libslubmalloc.so SLUBMALLOC_STATS=1 program`.
 //! A crate that depends on slubmalloc builds no shared library.
 //!
@@ -101,12 +102,12 @@ mod background;
 mod barn;
 mod counters;
 // The C++ ABI's names of `operator delete`.
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 #[allow(non_snake_case)]
 mod cxx;
 mod debug;
 mod fastpath;
-#[cfg(feature = "override")]
+#[cfg(any(feature = "override", slubmalloc_preload))]
 mod ffi;
 mod fmt;
 mod fork;
@@ -121,6 +122,7 @@ mod large_cache;
 mod large_map;
 mod layout;
 mod list;
+mod live_block;
 mod medium;
 #[cfg(feature = "nightly")]
 mod nightly;
@@ -162,28 +164,29 @@ pub struct SlubMalloc;
 // SAFETY: every method honours the GlobalAlloc contract: blocks are at least
 // `layout.size()` bytes at `layout.align()`, null on failure, never unwinding.
 //
-// The methods are `#[inline]` for Rust programs, except in the `override`
-// build (the LD_PRELOAD library): code inlinable into other crates makes the
+// The methods are `#[inline]` for Rust programs, except where the crate
+// exports the C malloc family (the LD_PRELOAD library, or the `override`
+// feature): code inlinable into other crates makes the
 // allocator's statics exported symbols, which the C entry points would then
 // reach through the GOT (an extra load per access on the fast paths).
 unsafe impl GlobalAlloc for SlubMalloc {
-    #[cfg_attr(not(feature = "override"), inline)]
+    #[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         alloc::alloc(layout.size(), layout.align())
     }
 
-    #[cfg_attr(not(feature = "override"), inline)]
+    #[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller passes a live block allocated with `layout`.
         unsafe { alloc::free_with_layout(ptr, layout.size(), layout.align()) }
     }
 
-    #[cfg_attr(not(feature = "override"), inline)]
+    #[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         alloc::alloc_zeroed(layout.size(), layout.align())
     }
 
-    #[cfg_attr(not(feature = "override"), inline)]
+    #[cfg_attr(not(any(feature = "override", slubmalloc_preload)), inline)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller passes a live block allocated with `layout`.
         unsafe { alloc::realloc_with_layout(ptr, layout.size(), layout.align(), new_size) }

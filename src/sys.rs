@@ -126,7 +126,7 @@ mod declared {
         pub dlpi_phnum: u16,
     }
 
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     #[repr(C)]
     pub struct Dl_info {
         pub dli_fname: *const c_char,
@@ -135,13 +135,14 @@ mod declared {
         pub dli_saddr: *mut c_void,
     }
 
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
+    #[allow(clippy::upper_case_acronyms)] // the C library's name
     #[repr(C)]
     pub struct FILE {
         _opaque: [u8; 0],
     }
 
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     #[repr(C)]
     pub struct mallinfo {
         pub arena: c_int,
@@ -156,7 +157,7 @@ mod declared {
         pub keepcost: c_int,
     }
 
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     #[repr(C)]
     pub struct mallinfo2 {
         pub arena: usize,
@@ -174,7 +175,7 @@ mod declared {
     pub const EINTR: c_int = 4;
     pub const ENOMEM: c_int = 12;
     pub const EFAULT: c_int = 14;
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     pub const EINVAL: c_int = 22;
 
     pub const PROT_NONE: c_int = 0;
@@ -222,9 +223,9 @@ mod declared {
     pub const PT_LOAD: u32 = 1;
     #[cfg(any(feature = "override", slubmalloc_preload))]
     pub const PF_X: u32 = 1;
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     pub const RTLD_DEFAULT: *mut c_void = core::ptr::null_mut();
-    #[cfg(feature = "override")]
+    #[cfg(any(feature = "override", slubmalloc_preload))]
     pub const RTLD_NEXT: *mut c_void = !0 as *mut c_void;
 
     extern "C" {
@@ -265,7 +266,7 @@ mod declared {
         pub fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
         pub fn fstat(fd: c_int, buf: *mut stat) -> c_int;
         pub fn ftruncate(fd: c_int, length: i64) -> c_int;
-        #[cfg(feature = "override")]
+        #[cfg(any(feature = "override", slubmalloc_preload))]
         pub fn fwrite(ptr: *const c_void, size: usize, count: usize, file: *mut FILE) -> usize;
 
         pub fn sigemptyset(set: *mut sigset_t) -> c_int;
@@ -306,9 +307,9 @@ mod declared {
             >,
             data: *mut c_void,
         ) -> c_int;
-        #[cfg(feature = "override")]
+        #[cfg(any(feature = "override", slubmalloc_preload))]
         pub fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-        #[cfg(feature = "override")]
+        #[cfg(any(feature = "override", slubmalloc_preload))]
         pub fn dladdr(addr: *const c_void, info: *mut Dl_info) -> c_int;
     }
 
@@ -367,7 +368,7 @@ mod declared {
             assert_eq!(super::MADV_DONTNEED, libc::MADV_DONTNEED);
             #[cfg(slubmalloc_bench_madv_free)]
             assert_eq!(super::MADV_FREE, libc::MADV_FREE);
-            #[cfg(feature = "override")]
+            #[cfg(any(feature = "override", slubmalloc_preload))]
             {
                 assert_eq!(super::EINVAL, libc::EINVAL);
                 assert_eq!(super::RTLD_DEFAULT, libc::RTLD_DEFAULT);
@@ -408,7 +409,7 @@ mod declared {
             same_offset!(timespec: tv_sec, tv_nsec);
             same_offset!(stat: st_uid);
             same_offset!(sigaction: sa_sigaction, sa_mask, sa_flags, sa_restorer);
-            #[cfg(feature = "override")]
+            #[cfg(any(feature = "override", slubmalloc_preload))]
             {
                 same_size!(Elf64_Phdr, Dl_info, mallinfo, mallinfo2);
                 same_offset!(Elf64_Phdr: p_type, p_flags, p_vaddr, p_memsz);

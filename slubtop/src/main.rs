@@ -144,6 +144,12 @@ fn run(args: &Args) -> Result<(), Error> {
         if args.verbose {
             eprintln!("slubtop: consistent snapshot after {} reads", snap.tries);
         }
+        if snap.nothing_mapped() {
+            eprintln!(
+                "slubtop: {}",
+                view::nothing_mapped_note(args.pid, &reader.file)
+            );
+        }
         let out = match args.once {
             Once::Json => view::json(&snap) + "\n",
             Once::Prometheus => view::prometheus(args.pid, &snap),
@@ -182,7 +188,13 @@ fn live(reader: &Reader, args: &Args) -> Result<(), Error> {
         let rows = keys
             .as_ref()
             .map_or(usize::MAX, |k| k.rows().saturating_sub(6));
-        let screen = view::live_screen(args.pid, &name, &snap, before, args.interval, sort, rows);
+        let mut screen =
+            view::live_screen(args.pid, &name, &snap, before, args.interval, sort, rows);
+        if snap.nothing_mapped() {
+            // Under the table, which is empty.
+            screen += &view::nothing_mapped_note(args.pid, &reader.file);
+            screen.push('\n');
+        }
         let mut out = std::io::stdout().lock();
         let _ = match keys {
             // Home, clear to the end: one redraw, no flicker of a blank screen.

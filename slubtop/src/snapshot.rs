@@ -8,6 +8,8 @@
 //! in-process report holds; otherwise it is tried again. The sums are
 //! `stats::build`'s, field for field.
 
+use std::path::PathBuf;
+
 use crate::target::{Error, Found, Target};
 
 /// The anchor layout this slubtop reads (`ANCHOR_VERSION` in src/anchor.rs).
@@ -225,6 +227,7 @@ pub mod total {
     pub const MEDIUM_BYTES: usize = 5;
     pub const LARGE_BLOCKS: usize = 6;
     pub const LARGE_BYTES: usize = 7;
+    pub const MMAPS: usize = 11;
     pub const THREADS_ALIVE: usize = 17;
     pub const THREADS_EXITED: usize = 18;
 }
@@ -245,11 +248,20 @@ impl Snapshot {
         c[field::SLABS] > 0
             || c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW] > 0
     }
+
+    /// Whether the allocator has mapped no memory: it has served no block
+    /// (every block is carved from a mapping of its own), so the process's
+    /// allocations, if it has made any, went to another allocator.
+    pub fn nothing_mapped(&self) -> bool {
+        self.totals[total::MMAPS] == 0
+    }
 }
 
 /// A reader of one process, its anchor found and checked.
 pub struct Reader {
     pub target: Target,
+    /// The file that exports the anchor.
+    pub file: PathBuf,
     anchor: Anchor,
     class_bytes: Vec<u32>,
 }
@@ -302,6 +314,7 @@ impl Reader {
             .collect();
         Ok(Reader {
             target,
+            file,
             anchor,
             class_bytes,
         })

@@ -4,6 +4,7 @@
 //! for a metrics collector's text file.
 
 use std::fmt::Write;
+use std::path::Path;
 
 use crate::snapshot::{field, total, Snapshot, CACHE_FIELDS, TOTALS_FIELDS};
 
@@ -51,6 +52,20 @@ impl SortKey {
     fn describe(self) -> &'static str {
         Self::ALL.iter().find(|k| k.0 == self).map_or("", |k| k.3)
     }
+}
+
+/// What a snapshot that has mapped nothing (`Snapshot::nothing_mapped`)
+/// means: slubmalloc is loaded, its anchor read, but no allocation reached
+/// it.
+pub fn nothing_mapped_note(pid: i32, file: &Path) -> String {
+    format!(
+        "PID {pid} has slubmalloc loaded ({}) but it has served no allocation (it has mapped \
+         no memory): the process's malloc is another's, or the process has not allocated \
+         yet. Preloaded, a libslubmalloc.so that exports no `malloc` (nm -D) does nothing \
+         (`cargo build --release` makes one that does); an allocator ahead of it (earlier \
+         in LD_PRELOAD, or linked into the program) takes the calls instead",
+        file.display()
+    )
 }
 
 /// Bytes as B, KiB, MiB or GiB with one decimal.

@@ -16,7 +16,14 @@
  *     also forks a child while its threads run. Writes "ready"
  *     after the first round, churns until stdin is closed, then prints each
  *     round's checksum (the same for every round: the work is seeded per
- *     thread) and exits 0 if every block kept its bytes. */
+ *     thread) and exits 0 if every block kept its bytes.
+ *
+ *   slubtop_target loaded LIB
+ *     Run without the preload: loads LIB (libslubmalloc.so) with dlopen,
+ *     so that the allocator's anchor is mapped but glibc's malloc stays
+ *     the program's, allocates and frees, writes "ready" and reads stdin
+ *     until EOF. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -220,11 +227,30 @@ static int churn(int threads) {
     return corrupt ? 4 : 0;
 }
 
+/* ---- loaded ---- */
+
+static int loaded(const char *lib) {
+    if (!dlopen(lib, RTLD_NOW | RTLD_LOCAL)) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 3;
+    }
+    /* glibc's: the library's malloc is nobody's. */
+    char *volatile p = malloc(100);
+    free(p);
+    say_ready();
+    char c;
+    while (read(0, &c, 1) > 0) {
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "hold") == 0)
         return hold();
     if (argc >= 3 && strcmp(argv[1], "churn") == 0)
         return churn(atoi(argv[2]));
-    fprintf(stderr, "usage: %s hold | churn THREADS\n", argv[0]);
+    if (argc >= 3 && strcmp(argv[1], "loaded") == 0)
+        return loaded(argv[2]);
+    fprintf(stderr, "usage: %s hold | churn THREADS | loaded LIB\n", argv[0]);
     return 2;
 }

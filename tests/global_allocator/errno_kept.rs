@@ -21,8 +21,11 @@ fn set_errno(v: i32) {
     unsafe { *libc::__errno_location() = v };
 }
 
-/// Caches one 4 MiB piece made of two 2 MiB mappings the kernel keeps
-/// apart; returns its address.
+/// The guard page after every large block's mapping (`large_map`).
+const GUARD: usize = 4096;
+
+/// Caches one piece of two 2 MiB blocks (and the guard page between them)
+/// whose mappings the kernel keeps apart; returns its address.
 fn cache_a_piece_spanning_two_mappings() -> *mut u8 {
     let piece = Layout::from_size_align(2 << 20, 16).unwrap();
     // Two big blocks next to each other: mmap places a new mapping right
@@ -37,7 +40,7 @@ fn cache_a_piece_spanning_two_mappings() -> *mut u8 {
                 let (lo, hi) = if a < b { (a, b) } else { (b, a) };
                 lo.write_bytes(1, piece.size());
                 hi.write_bytes(2, piece.size());
-                if lo.add(piece.size()) == hi {
+                if lo.add(piece.size() + GUARD) == hi {
                     Some((lo, hi))
                 } else {
                     None // kept live, so the next pair lands elsewhere
@@ -45,9 +48,10 @@ fn cache_a_piece_spanning_two_mappings() -> *mut u8 {
             }
         })
         .expect("no two large blocks were mapped next to each other");
-    // The kernel merged the two mappings into one; advice on one of them
-    // splits them again (as moving one with mremap, or a program's own
-    // advice, does in real runs; the fuzzer met it without any).
+    // Made accessible whole, the guard between them included, the kernel
+    // would merge the two mappings into one; advice on one of them keeps
+    // them apart (as moving one with mremap, or a program's own advice,
+    // does in real runs; the fuzzer met it without any).
     // SAFETY: `hi` is a live block of `piece.size()` bytes, page-aligned.
     let r = unsafe { libc::madvise(hi.cast(), piece.size(), libc::MADV_NOHUGEPAGE) };
     assert_eq!(r, 0, "madvise failed");
@@ -77,10 +81,10 @@ fn realloc_of_a_block_spanning_two_mappings_keeps_errno() {
     let q = unsafe { SlubMalloc.realloc(p, both, 8 << 20) };
     let e = errno();
     assert!(!q.is_null(), "realloc to 8 MiB failed");
-    // SAFETY: `q` holds 8 MiB, its first 4 MiB copied from `p`.
+    // SAFETY: `q` holds 8 MiB, its first 4 MiB and a page copied from `p`.
     unsafe {
         assert_eq!(*q, 1);
-        assert_eq!(*q.add((2 << 20) + 1), 2);
+        assert_eq!(*q.add((2 << 20) + GUARD + 1), 2);
     }
     assert_eq!(e, SENTINEL, "a successful realloc changed errno to {e}");
     // SAFETY: live with this layout.

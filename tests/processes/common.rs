@@ -22,7 +22,7 @@ fn out_dir() -> PathBuf {
     root().join("target").join("preload")
 }
 
-/// `libslubmalloc.so` built with `--release --features override`.
+/// `libslubmalloc.so`, the preload package built with `--release`.
 pub fn preload_lib() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -31,9 +31,8 @@ pub fn preload_lib() -> PathBuf {
             .args([
                 "build",
                 "--release",
-                "--features",
-                "override",
-                "--lib",
+                "-p",
+                "slubmalloc-preload",
                 "--target-dir",
             ])
             .arg(out_dir())
@@ -74,6 +73,24 @@ pub fn rust_program(name: &str) -> PathBuf {
         built.push(name.to_string());
     }
     exe
+}
+
+/// Runs `cargo build --release ARGS` at the repository root into
+/// `target/<dir>` (never the target directory of the `cargo test` running
+/// us, whose lock it holds); returns `target/<dir>/release`.
+pub fn cargo_build(dir: &str, args: &[&str], what: &str) -> PathBuf {
+    let dir = root().join("target").join(dir);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release"])
+        .args(args)
+        .arg("--target-dir")
+        .arg(&dir)
+        .current_dir(root())
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build for {what}: {e}"));
+    assert!(status.success(), "building {what} failed");
+    dir.join("release")
 }
 
 /// Compiles `tests/c/<name>.c` (plus `extra` flags) into an executable.

@@ -9,11 +9,13 @@
 mod common;
 
 mod background_purge;
+mod build_commands;
 mod demo;
 mod freelist_order;
 mod glibc_introspection;
 mod heap_profile;
 mod large_after_free;
+mod large_guard;
 mod misuse;
 mod out_of_memory;
 mod preload_contract;

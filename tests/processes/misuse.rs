@@ -503,13 +503,7 @@ fn free_of_memory_slubmalloc_never_handed_out_is_stopped() {
 #[test]
 fn realloc_and_usable_size_of_an_invalid_pointer_are_stopped() {
     for op in ["realloc", "usable"] {
-        for case in [
-            "interior",
-            "never_carved",
-            "double_free_emptied",
-            "interior_medium",
-            "span_tail",
-        ] {
+        for case in ["interior", "never_carved", "interior_medium", "span_tail"] {
             stopped_with(case, COLD_WARM_REMOTE, op, &[], INVALID, 0);
         }
         // In one thread: see `double_free_of_a_medium_block_is_stopped`.
@@ -521,6 +515,68 @@ fn realloc_and_usable_size_of_an_invalid_pointer_are_stopped() {
         };
         for case in ["interior_large", "stack", "made_up"] {
             stopped_with(case, &["cold"], op, &[], names, 0);
+        }
+    }
+}
+
+/// What `realloc` and `malloc_usable_size` of a freed small block stop
+/// with.
+fn freed_block(op: &str) -> &'static [&'static str] {
+    match op {
+        "realloc" => &["realloc of a freed block"],
+        _ => &["malloc_usable_size of a freed block"],
+    }
+}
+
+/// A freed small block, wherever it is, given to `realloc` (in place, were
+/// it live) or `malloc_usable_size`: in a sheaf, its tag (warm); on its
+/// slab's list, its link (cold; warm after a trim, or freed by another
+/// thread); in a slab gone back to its segment (emptied). The checks of
+/// the block's state are `live_block`'s.
+#[test]
+fn realloc_and_usable_size_of_a_freed_block_are_stopped() {
+    for op in ["realloc", "usable"] {
+        for case in [
+            "double_free",
+            "double_free_flushed",
+            "double_free_after_remote",
+            "double_free_emptied",
+        ] {
+            stopped_with(case, COLD_WARM_REMOTE, op, &[], freed_block(op), 0);
+        }
+    }
+}
+
+/// As `realloc_and_usable_size_of_a_freed_block_are_stopped`, in debug
+/// mode (a freed block: its link, the rest poisoned; the size word the
+/// usable size comes from is poison) and for blocks the heap profile
+/// sampled.
+#[test]
+fn realloc_and_usable_size_of_a_freed_block_are_stopped_in_debug_mode_and_sampled() {
+    for op in ["realloc", "usable"] {
+        for env in [DEBUG, PROFILE_EVERY_BLOCK] {
+            for case in ["double_free", "double_free_emptied"] {
+                stopped_with(case, &["cold", "warm"], op, env, freed_block(op), 0);
+            }
+        }
+    }
+}
+
+/// The same from Rust, slubmalloc as the global allocator
+/// (tests/programs/freed_block.rs): `slubmalloc::usable_size` and
+/// `std::alloc::realloc` of a freed block, of a class cold and warm, in
+/// debug mode too.
+#[test]
+fn a_rust_programs_usable_size_and_realloc_of_a_freed_block_are_stopped() {
+    let exe = common::rust_program("freed_block");
+    for op in ["usable", "realloc"] {
+        for env in [&[][..], DEBUG] {
+            for place in ["cold", "warm"] {
+                let o = common::run_guarded(&exe, &[place, op], false, env, LIMIT);
+                let what = format!("freed_block {place} {op} (env {env:?})");
+                let addr = printed_address(&o);
+                assert_stopped(&what, &o, freed_block(op), addr, addr);
+            }
         }
     }
 }

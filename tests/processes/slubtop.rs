@@ -25,22 +25,10 @@ use std::time::{Duration, Instant};
 /// No child may run longer than this.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Builds a package's binary or an example into target/preload (beside the
-/// preload library, clear of the lock of the `cargo test` running us).
+/// Builds a package's binary or an example into target/preload, beside the
+/// preload library.
 fn build(args: &[&str], what: &str) -> PathBuf {
-    let root = common::root();
-    let dir = root.join("target").join("preload");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(["build", "--release"])
-        .args(args)
-        .arg("--target-dir")
-        .arg(&dir)
-        .current_dir(&root)
-        .status()
-        .unwrap_or_else(|e| panic!("run cargo build for {what}: {e}"));
-    assert!(status.success(), "building {what} failed");
-    dir.join("release")
+    common::cargo_build("preload", args, what)
 }
 
 /// The slubtop executable.
@@ -183,6 +171,11 @@ fn assert_slubtop_reads(pid: i32, own: &str) {
         out.status.success(),
         "slubtop failed: {}",
         common::stderr(&out)
+    );
+    assert_eq!(
+        common::stderr(&out),
+        "",
+        "slubtop said more than the report"
     );
     let read = common::stdout(&out);
     let (own_caches, mut own_totals) = parse_json_report(own);
@@ -381,6 +374,36 @@ fn slubtop_says_a_process_does_not_use_slubmalloc() {
         err.contains(&format!("PID {pid} does not use slubmalloc")),
         "{err}"
     );
+    running.finish();
+}
+
+#[test]
+fn slubtop_says_when_slubmalloc_is_loaded_but_has_served_no_allocation() {
+    // The library loaded by dlopen into a program that runs on glibc's
+    // malloc: the anchor is there, and nothing ever reaches the allocator,
+    // as under a preloaded library that exports no `malloc`.
+    let lib = common::preload_lib();
+    let (running, _) = Running::start(&c_target(), &["loaded", lib.to_str().unwrap()], false, &[]);
+    let pid = running.pid();
+    let note = format!(
+        "PID {pid} has slubmalloc loaded ({}) but it has served no allocation",
+        lib.display()
+    );
+    let once = run_slubtop(&["--once".into(), pid.to_string()]);
+    let err = common::stderr(&once);
+    assert!(once.status.success(), "{err}");
+    assert!(err.starts_with(&format!("slubtop: {note}")), "{err}");
+    assert!(err.contains("exports no `malloc`"), "{err}");
+    let live = run_slubtop(&["--count".into(), "1".into(), pid.to_string()]);
+    let screen = common::stdout(&live);
+    assert!(live.status.success(), "{}", common::stderr(&live));
+    // Under the table, which lists no class.
+    let table: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.contains("SIZE"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(table.len() == 2 && table[1].starts_with(&note), "{screen}");
     running.finish();
 }
 
