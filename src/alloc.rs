@@ -11,6 +11,7 @@ use crate::heap::{self, ThreadGoes};
 use crate::heap_exit;
 use crate::heap_start;
 use crate::large::{self, Freed};
+use crate::large_map::Contents;
 use crate::layout;
 #[cfg(any(feature = "override", slubmalloc_preload))]
 use crate::layout::Asked;
@@ -42,7 +43,7 @@ fn malloc_above_table(size: usize) -> *mut u8 {
     if size <= MAX_SMALL_BYTES {
         fastpath::alloc(size_class::class_by_log(size), size, 16)
     } else {
-        alloc_big(size, 16, false)
+        alloc_big(size, 16, Contents::Any)
     }
 }
 
@@ -66,7 +67,7 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
 fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
     match class_for(size, align) {
         Some(class) => fastpath::alloc(class, size, align),
-        None => alloc_big(size, align, false),
+        None => alloc_big(size, align, Contents::Any),
     }
 }
 
@@ -84,7 +85,7 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
             }
             p
         }
-        None => alloc_big(size, align, true),
+        None => alloc_big(size, align, Contents::Zeroed),
     }
 }
 
@@ -96,11 +97,11 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 /// (`background`). Out of line: inlined, it made `__rust_alloc` save
 /// registers on the fast path (`ci/callgrind.sh`'s Rust pair).
 #[inline(never)]
-fn alloc_big(size: usize, align: usize, zero: bool) -> *mut u8 {
+fn alloc_big(size: usize, align: usize, contents: Contents) -> *mut u8 {
     background::start_if_wanted();
     let p = if !medium::serves(size, align) {
-        large::alloc(size, align, zero)
-    } else if zero {
+        large::alloc(size, align, contents)
+    } else if contents == Contents::Zeroed {
         medium::alloc_zeroed(size)
     } else {
         medium::alloc(size)

@@ -11,11 +11,11 @@
 use core::ptr;
 
 use crate::counters::{add_locked, raise};
-use crate::large_cache::{Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
-use crate::large_map::{grow_cached, map_fresh, resize_block, set_guard, unmap_block};
+use crate::large_cache::{Access, Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
+use crate::large_map::{grow_cached, map_fresh, resize_block, set_guard, unmap_block, Contents};
 use crate::options;
 use crate::os::{self, PAGE_BYTES};
-use crate::purge;
+use crate::purge::{self, Pages};
 use crate::size_class;
 use crate::sync::{invariant, store_order_fence, AtomicUsize, Locked, Ordering};
 
@@ -76,9 +76,7 @@ static LARGE: Locked<Table> = Locked::new(NEW_TABLE);
 /// mapping is longer than `protect_above` is made inaccessible and raises
 /// it; one no longer is cached as it is. A program's first use after free
 /// of a big block faults as under glibc, and a loop of big blocks pays two
-/// mprotects only until it has freed its biggest size (protecting every
-/// freed block cost `big_blocks` many times its time:
-/// bench/report/HISTORY.md).
+/// mprotects only until it has freed its biggest size.
 const PROTECT_ABOVE_START: usize = 128 << 10;
 /// glibc's most for its threshold on 64-bit (`DEFAULT_MMAP_THRESHOLD_MAX`):
 /// a freed block above it is always protected.
@@ -261,11 +259,12 @@ fn page_round(size: usize) -> Option<usize> {
     Some((size.max(1) + PAGE_BYTES - 1) & !(PAGE_BYTES - 1))
 }
 
-/// Allocates a large block, or null with errno ENOMEM. `zero`: the caller
-/// wants zeroed memory (fresh mappings already are; cached ones are cleared).
+/// Allocates a large block, or null with errno ENOMEM. `Contents::Zeroed`:
+/// the caller wants zeroed memory (fresh mappings already are; cached ones
+/// are cleared).
 /// A cache hit that fits takes the lock once; otherwise a second time, to
 /// enter the block after the system call.
-pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
+pub fn alloc(size: usize, align: usize, contents: Contents) -> *mut u8 {
     let Some(len) = page_round(size) else {
         os::set_enomem();
         return ptr::null_mut();
@@ -293,12 +292,12 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             // Cost for a protected piece: one mprotect, which rewrites its
             // page table entries (bench/report/HISTORY.md has the numbers);
             // for a split one, one more for its guard.
-            if !protected || os::protect(base as *mut u8, l, true) {
+            if !protected || os::make_accessible(base as *mut u8, l) {
                 if split {
                     set_guard(base + l);
                 }
-                purge::count_taken(l as u64, false);
-                if zero {
+                purge::count_taken(l as u64, Pages::Resident);
+                if contents == Contents::Zeroed {
                     // SAFETY: the cached mapping is ours, accessible now, and
                     // at least `size` long.
                     unsafe { ptr::write_bytes(base as *mut u8, 0, size) };
@@ -318,7 +317,7 @@ pub fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
             // the caller had it unless that fails too (`map_fresh` sets it).
             let grown = {
                 let _keep = os::ErrnoGuard::save();
-                grow_cached(base, l, len, zero)
+                grow_cached(base, l, len, contents)
             };
             match grown {
                 Some(q) => (q, len, true),
@@ -379,14 +378,19 @@ pub fn free(p: *mut u8) -> Freed {
     };
     let now = purge::now_ns();
     let mut evicted = Evicted::new();
-    if !protect || os::protect(e.base as *mut u8, e.len, false) {
-        LARGE.with(|t| t.cache.keep(e.base, e.len, protect, now, &mut evicted));
+    if !protect || os::make_inaccessible(e.base as *mut u8, e.len) {
+        let access = if protect {
+            Access::Protected
+        } else {
+            Access::Open
+        };
+        LARGE.with(|t| t.cache.keep(e.base, e.len, access, now, &mut evicted));
     } else {
         // The kernel would need a mapping more than it allows: unmapped, it
         // faults too.
         evicted.push(e.base, e.len);
     }
-    evicted.unmap_all(false);
+    evicted.unmap_all();
     purge::schedule(now);
     Freed::Ok
 }
@@ -407,9 +411,10 @@ fn uncache_failed(base: usize) {
             &crate::counters::global().large_cache_hits,
             1u64.wrapping_neg(),
         );
-        t.cache.keep(e.base, e.len, true, now, &mut evicted);
+        t.cache
+            .keep(e.base, e.len, Access::Protected, now, &mut evicted);
     });
-    evicted.unmap_all(false);
+    evicted.unmap_all();
 }
 
 /// The usable size of a large block, or None if `p` is not one.
@@ -495,7 +500,7 @@ pub fn realloc(p: *mut u8, new_size: usize) -> Option<*mut u8> {
 pub fn purge_cache(cutoff_ns: u64) -> bool {
     let mut out = Evicted::new();
     let left = LARGE.with(|t| t.cache.purge(cutoff_ns, &mut out));
-    out.unmap_all(true);
+    out.unmap_all_purged();
     left
 }
 

@@ -9,7 +9,7 @@
 //!
 //! A freed block bigger than any freed before it (glibc's dynamic mmap
 //! threshold, `large::PROTECT_ABOVE_START`) is cached inaccessible
-//! (`os::protect`, PROT_NONE) until it is handed out again (unless
+//! (`os::make_inaccessible`, PROT_NONE) until it is handed out again (unless
 //! `SLUBMALLOC_PROTECT_FREED_LARGE=0`), so a read or write of it faults, as
 //! under glibc, which unmaps such blocks; a piece records whether any part
 //! of it is (`Cached::protected`). Its pages stay resident: handing it out
@@ -46,15 +46,12 @@ pub const CACHE_SLOTS: usize = 32;
 const _: () = assert!(CACHE_SLOTS.is_power_of_two() && CACHE_SLOTS <= PAGE_BYTES);
 /// A cached mapping is split for a smaller request only when the part left
 /// over is at least this big (or the mapping is over four times the
-/// request): splitting the small ones fragmented the cache into pieces no
-/// request fits, and every request then mapped afresh (`benches/c/stress.c`,
-/// when blocks over 32 KiB were large; those sizes now come from slabs, and
-/// the bound still keeps the cache from fragmenting under any mix of sizes
-/// near each other).
+/// request), so that the cache does not fragment into pieces no request
+/// fits under a mix of sizes near each other.
 const SPLIT_MIN_BYTES: usize = 1 << 20;
 /// Smaller cached mappings are not grown for a request (a fresh mapping, the
-/// piece kept): `big_blocks` with many blocks live moved one for a third of
-/// its replacements.
+/// piece kept), so that blocks live in many small pieces are not moved
+/// from one to another.
 const GROW_MIN_BYTES: usize = 1 << 20;
 /// A large block's mapping is at most this many times the pages of the
 /// size it was asked for, or last resized to: a cached mapping taken whole
@@ -84,6 +81,16 @@ const NO_CACHED: Cached = Cached {
     freed_at_ns: 0,
     protected: false,
 };
+
+/// Whether a freed mapping given to the cache was made inaccessible
+/// (`Cache::keep`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Readable and writable, as the block was.
+    Open,
+    /// `PROT_NONE`: a use after free faults.
+    Protected,
+}
 
 /// The cached mappings, their bytes, and the live large blocks' bytes that
 /// bound them.
@@ -169,7 +176,7 @@ impl Cache {
     }
 
     /// Caches the freed mapping `base..base + len` and its guard
-    /// (`protected`: made inaccessible), merged with cached neighbours;
+    /// (`Access::Protected`: made inaccessible), merged with cached neighbours;
     /// the oldest entries make room. What must be unmapped
     /// (evicted entries, or the mapping itself if it cannot be kept) goes
     /// to `out`, to be unmapped after the lock is released. One pass over
@@ -179,10 +186,11 @@ impl Cache {
         &mut self,
         mut base: usize,
         mut len: usize,
-        mut protected: bool,
+        access: Access,
         now: u64,
         out: &mut Evicted,
     ) {
+        let mut protected = access == Access::Protected;
         let (mut free_slot, mut oldest) = (None, None);
         let mut oldest_at = u64::MAX;
         for (i, c) in self.slots.iter_mut().enumerate() {
@@ -324,8 +332,17 @@ impl Evicted {
         self.n += 1;
     }
 
-    /// Unmaps them; `purged`: they count as given back by a purge.
-    pub fn unmap_all(&self, purged: bool) {
+    /// Unmaps them.
+    pub fn unmap_all(&self) {
+        self.unmap(false);
+    }
+
+    /// Unmaps them, counted as given back by a purge.
+    pub fn unmap_all_purged(&self) {
+        self.unmap(true);
+    }
+
+    fn unmap(&self, purged: bool) {
         for m in &self.list[..self.n] {
             // SAFETY: the first `n` entries were written by `push`.
             let (base, len) = unsafe { m.assume_init() };
@@ -352,8 +369,8 @@ mod tests {
         let mut cache = Cache::EMPTY;
         let mut out = Evicted::new();
         let (a, len) = (1usize << 40, 4 * PAGE_BYTES);
-        cache.keep(a + len + GUARD_BYTES, len, false, 1, &mut out);
-        cache.keep(a, len, false, 2, &mut out);
+        cache.keep(a + len + GUARD_BYTES, len, Access::Open, 1, &mut out);
+        cache.keep(a, len, Access::Open, 2, &mut out);
         assert_eq!(out.n, 0, "nothing evicted");
         let merged = 2 * len + GUARD_BYTES;
         assert_eq!(cache.bytes, merged);

@@ -15,7 +15,7 @@ use core::ptr;
 
 use crate::counters;
 use crate::os::{self, PAGE_BYTES};
-use crate::purge;
+use crate::purge::{self, Pages};
 use crate::sync::Ordering;
 
 /// The guard page after every large block's mapping, a part of it. The
@@ -47,7 +47,7 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
     let g = counters::global();
     g.large_mapped.fetch_add(len as u64, Ordering::Relaxed);
     g.mapped_changed(len as i64);
-    purge::count_taken(len as u64, true);
+    purge::count_taken(len as u64, Pages::Fresh);
     set_guard(m as usize + len);
     Some(m as usize)
 }
@@ -57,7 +57,16 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
 /// split a kernel mapping): it stays accessible, a page of the block's
 /// mapping that nothing uses, and the block has no guard.
 pub fn set_guard(at: usize) {
-    os::protect(at as *mut u8, GUARD_BYTES, false);
+    os::make_inaccessible(at as *mut u8, GUARD_BYTES);
+}
+
+/// What a new block must hold (`large::alloc`, `grow_cached`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Contents {
+    /// Anything (`malloc`).
+    Any,
+    /// Zeros (`calloc`).
+    Zeroed,
 }
 
 /// Grows the cached mapping `base..base + old` and its guard (taken out of
@@ -65,11 +74,11 @@ pub fn set_guard(at: usize) {
 /// accessible whole (any part of it may be inaccessible: protected at its
 /// free, or a guard between pieces that merged), then resized
 /// (`resize_mapping`): its resident pages move along, only the new part
-/// faults in. None if that fails (the old mapping is unmapped). `zero`: the
-/// old part is cleared; the new part is fresh zero pages.
-pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<usize> {
+/// faults in. None if that fails (the old mapping is unmapped). `Contents::Zeroed`:
+/// the old part is cleared; the new part is fresh zero pages.
+pub fn grow_cached(base: usize, old: usize, len: usize, contents: Contents) -> Option<usize> {
     let (old_all, len_all) = (old + GUARD_BYTES, len + GUARD_BYTES);
-    let grown = if os::protect(base as *mut u8, old_all, true) {
+    let grown = if os::make_accessible(base as *mut u8, old_all) {
         resize_mapping(base, old_all, len_all)
     } else {
         None
@@ -82,9 +91,9 @@ pub fn grow_cached(base: usize, old: usize, len: usize, zero: bool) -> Option<us
     g.large_mapped
         .fetch_add((len - old) as u64, Ordering::Relaxed);
     g.mapped_changed((len - old) as i64);
-    purge::count_taken(old as u64, false);
-    purge::count_taken((len - old) as u64, true);
-    if zero {
+    purge::count_taken(old as u64, Pages::Resident);
+    purge::count_taken((len - old) as u64, Pages::Fresh);
+    if contents == Contents::Zeroed {
         // SAFETY: the first `old_all` bytes of the new mapping are ours
         // (`old < len`, both whole pages): the old guard's page may have
         // held a block's bytes before a split made it a guard.
@@ -105,7 +114,7 @@ pub fn resize_block(base: usize, old: usize, len: usize) -> Option<usize> {
         os::unmap((base + len + GUARD_BYTES) as *mut u8, old - len);
         return Some(base);
     }
-    if !os::protect((base + old) as *mut u8, GUARD_BYTES, true) {
+    if !os::make_accessible((base + old) as *mut u8, GUARD_BYTES) {
         return None;
     }
     let Some(q) = resize_mapping(base, old + GUARD_BYTES, len + GUARD_BYTES) else {
@@ -136,8 +145,7 @@ fn resize_mapping(base: usize, old: usize, len: usize) -> Option<usize> {
 /// first kernel mapping grows to `len` (and moves, as the next one follows
 /// it), then each next one moves to its place after it; a part the kernel
 /// will not move is copied (its pages fault in) and unmapped. None if the
-/// first does not grow (the mapping intact). large_replace: such pieces
-/// had been unmapped and a fresh block of 10-25 MiB faulted in instead.
+/// first does not grow (the mapping intact).
 fn grow_in_parts(base: usize, old: usize, len: usize) -> Option<usize> {
     let first = os::first_mapping_len(base as *mut u8, old);
     let q = os::remap(base as *mut u8, first, len) as usize;

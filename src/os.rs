@@ -142,17 +142,21 @@ pub fn remap(p: *mut u8, old_bytes: usize, new_bytes: usize) -> *mut u8 {
 }
 
 /// Makes `p..p + bytes` (whole pages the caller owns) inaccessible, so that
-/// any read or write there faults, or (`accessible`) readable and writable
-/// again; its pages and their contents stay as they are. Changing part of a
-/// kernel mapping splits it: false if the kernel refuses (ENOMEM past
-/// `vm.max_map_count` mappings); errno is kept.
-pub fn protect(p: *mut u8, bytes: usize, accessible: bool) -> bool {
+/// any read or write there faults; its pages and their contents stay as
+/// they are. Changing part of a kernel mapping splits it: false if the
+/// kernel refuses (ENOMEM past `vm.max_map_count` mappings); errno is kept.
+pub fn make_inaccessible(p: *mut u8, bytes: usize) -> bool {
+    set_protection(p, bytes, sys::PROT_NONE)
+}
+
+/// Makes `p..p + bytes` readable and writable again, as
+/// `make_inaccessible` says.
+pub fn make_accessible(p: *mut u8, bytes: usize) -> bool {
+    set_protection(p, bytes, sys::PROT_READ | sys::PROT_WRITE)
+}
+
+fn set_protection(p: *mut u8, bytes: usize, prot: sys::c_int) -> bool {
     let _keep = ErrnoGuard::save();
-    let prot = if accessible {
-        sys::PROT_READ | sys::PROT_WRITE
-    } else {
-        sys::PROT_NONE
-    };
     // SAFETY: the caller owns the range and holds no references into it
     // while it is inaccessible.
     unsafe { sys::mprotect(p.cast(), bytes, prot) == 0 }

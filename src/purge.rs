@@ -214,15 +214,26 @@ pub fn over_trim_bound(freed_resident: u64) -> bool {
     freed_resident > TRIM_BOUND_BYTES.load(Ordering::Relaxed)
 }
 
+/// What an allocation took (`count_taken`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Pages {
+    /// Freed memory still resident: a free slab not purged, a cached large
+    /// block.
+    Resident,
+    /// Pages that fault in: a slab purged or never used, a large block
+    /// mapped or grown.
+    Fresh,
+}
+
 /// Counts `bytes` taken by an allocation: freed memory still resident (a
-/// free slab not purged, a cached large block), or `fresh` pages (a slab
+/// free slab not purged, a cached large block), or fresh pages (a slab
 /// purged or never used, a large block mapped or grown), which count only
 /// once a trim has run: before, they are the heap growing, not memory
 /// given back and needed again. What is taken back soon raises the bound
 /// (`claim_trim`).
-pub fn count_taken(bytes: u64, fresh: bool) {
+pub fn count_taken(bytes: u64, pages: Pages) {
     // Relaxed, both: a heuristic's words.
-    if fresh && LAST_TRIM_NS.load(Ordering::Relaxed) == 0 {
+    if pages == Pages::Fresh && LAST_TRIM_NS.load(Ordering::Relaxed) == 0 {
         return;
     }
     TAKEN_BYTES.fetch_add(bytes, Ordering::Relaxed);

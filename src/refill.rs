@@ -12,6 +12,7 @@ use crate::freelist;
 use crate::heap::{owner_tag, Heap, EMPTY, IDLE_ALLOCS, MAX_THREAD_PARTIAL};
 use crate::heap_start::{create_heap, with_slow_heap};
 use crate::large;
+use crate::large_map::Contents;
 use crate::list::End;
 use crate::node::NODES;
 use crate::options;
@@ -58,7 +59,7 @@ pub fn alloc_unsampled(class: usize, size: usize, align: usize) -> *mut u8 {
         }
         return match debug::slot_class(size, align) {
             Some(class) => debug::alloc(class, size),
-            None => large::alloc(size, align, false),
+            None => large::alloc(size, align, Contents::Any),
         };
     }
     with_slow_heap(|heap| refill_and_pop(heap, class))

@@ -32,7 +32,7 @@ use core::ptr;
 use crate::counters;
 use crate::list::{Linked, List};
 use crate::os;
-use crate::purge;
+use crate::purge::{self, Pages};
 use crate::size_class::ADDRESS_BITS;
 use crate::slab::{Slab, State};
 use crate::sync::{invariant, AtomicU64, AtomicU8, Cell, Locked, Ordering};
@@ -319,7 +319,14 @@ pub fn take_slab() -> (*mut Slab, bool) {
     let (slab, resident) = with_segments(take_slab_locked);
     if !slab.is_null() {
         // A fresh slab's pages fault in as it is carved.
-        purge::count_taken(SLAB_BYTES as u64, !resident);
+        purge::count_taken(
+            SLAB_BYTES as u64,
+            if resident {
+                Pages::Resident
+            } else {
+                Pages::Fresh
+            },
+        );
     }
     (slab, resident)
 }

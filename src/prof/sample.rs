@@ -43,6 +43,7 @@ use core::ptr;
 use crate::debug;
 use crate::heap::Heap;
 use crate::large;
+use crate::large_map::Contents;
 use crate::options;
 use crate::os;
 use crate::prof::table::TABLES;
@@ -130,7 +131,7 @@ fn alloc_sampled(class: usize, size: usize, align: usize, frames: &[usize]) -> *
             Some(c) => c,
             None => {
                 // Recorded if the table takes it; an ordinary block if not.
-                let p = large::alloc(size, align, false);
+                let p = large::alloc(size, align, Contents::Any);
                 if !p.is_null() {
                     record(p, size, frames);
                 }

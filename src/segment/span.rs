@@ -10,8 +10,8 @@
 use core::ptr;
 
 use crate::counters::{self, add_locked};
-use crate::purge;
 use crate::purge::pass::{purge_if_due, slabs_freed};
+use crate::purge::{self, Pages};
 use crate::segment::{
     give_run, new_segment, take_run, with_segments, Segment, Segments, ALL_SLABS,
     SLABS_PER_SEGMENT, SLAB_BYTES,
@@ -59,10 +59,10 @@ pub fn take_span(slabs: usize) -> (*mut Slab, bool) {
         let dirty_bytes = dirty as u64 * SLAB_BYTES as u64;
         let fresh_bytes = (slabs * SLAB_BYTES) as u64 - dirty_bytes;
         if dirty_bytes != 0 {
-            purge::count_taken(dirty_bytes, false);
+            purge::count_taken(dirty_bytes, Pages::Resident);
         }
         if fresh_bytes != 0 {
-            purge::count_taken(fresh_bytes, true);
+            purge::count_taken(fresh_bytes, Pages::Fresh);
         }
     }
     (head, dirty == 0)
