@@ -148,6 +148,7 @@ mod sync;
 mod sys;
 mod tls;
 mod walk;
+mod zero;
 
 use core::alloc::{GlobalAlloc, Layout};
 

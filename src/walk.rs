@@ -20,6 +20,7 @@ use crate::slab;
 use crate::stats;
 use crate::sync::Ordering;
 use crate::sys;
+use crate::zero;
 
 /// What the walk found for one size class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,6 +88,12 @@ pub fn walk() -> Walk {
     }
     let mut free_on_slabs = [0u64; NUM_CLASSES];
     segment::for_each_slab(|s| {
+        // A zero-size block counts in the smallest class; its slab in none
+        // (`zero`).
+        if zero::owns(s) {
+            caches[0].objects_in_use += zero::live_blocks(s);
+            return;
+        }
         let class = s.class.get() as usize;
         let bound = s.objects.get();
         let remote = slab::remote_list(s.word.0.load(Ordering::Acquire));
