@@ -91,7 +91,7 @@ pub fn walk() -> Walk {
         // A zero-size block counts in the smallest class; its slab in none
         // (`zero`).
         if zero::owns(s) {
-            caches[0].objects_in_use += zero::live_blocks(s);
+            caches[zero::COUNTED_CLASS].objects_in_use += zero::live_blocks(s);
             return;
         }
         let class = s.class.get() as usize;

@@ -48,8 +48,9 @@ pub const ALIGN: usize = SLAB_BYTES / BLOCKS as usize;
 const STRIDE_SHIFT: u32 = SLAB_SHIFT as u32 - BLOCKS.trailing_zeros();
 const _: () = assert!(1 << STRIDE_SHIFT == ALIGN);
 
-/// The class whose counters count zero-size blocks: the smallest.
-const COUNTED_CLASS: usize = 0;
+/// The class whose counters count zero-size blocks (and the walk): the
+/// smallest.
+pub const COUNTED_CLASS: usize = 0;
 
 /// The owner id of the slabs of zero-size blocks: this static's address,
 /// no heap's.
