@@ -24,7 +24,10 @@ use crate::purge;
 use crate::segment::{self, slab_of};
 use crate::side_slabs::SideHeap;
 use crate::size_class::{self, class_for, CLASS_BYTES, MAX_SMALL_BYTES};
+#[cfg(any(feature = "override", slubmalloc_preload))]
+use crate::sync::invariant;
 use crate::tls;
+use crate::zero;
 
 /// `malloc(size)`: 16-byte aligned, as every class is.
 #[inline(always)]
@@ -69,6 +72,16 @@ fn alloc_aligned(size: usize, align: usize) -> *mut u8 {
         Some(class) => fastpath::alloc(class, size, align),
         None => alloc_big(size, align, Contents::Any),
     }
+}
+
+/// A block of no bytes at `align`, at most `zero::ALIGN`: the zero-size
+/// class's (`zero`), by the fast path's route (`size_class::ZERO_OFFSET`
+/// is the size table's class of size 0); `malloc(0)` itself takes the
+/// table. C's `calloc` of no bytes and its aligned allocations of none.
+#[cfg(any(feature = "override", slubmalloc_preload))]
+pub fn alloc_zero_size(align: usize) -> *mut u8 {
+    invariant!(align <= zero::ALIGN);
+    fastpath::alloc_scaled(size_class::ZERO_OFFSET, 0, align)
 }
 
 /// Zeroed allocation. Large blocks fresh from mmap are not cleared again.
@@ -237,8 +250,12 @@ fn free_large(p: *mut u8) {
 pub unsafe fn usable_size(p: *mut u8) -> usize {
     if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment, whose header is mapped.
-        if let Some(bytes) = medium::block_bytes(unsafe { &*slab_of(p) }, p) {
+        let slab = unsafe { &*slab_of(p) };
+        if let Some(bytes) = medium::block_bytes(slab, p) {
             return bytes;
+        }
+        if zero::names_zero(slab) {
+            return zero::usable_size(slab, p);
         }
         // SAFETY: `p` is inside a mapped segment, no medium block.
         unsafe { live_block::usable_size(p, Reader::UsableSize) }
@@ -280,12 +297,17 @@ pub unsafe fn realloc_with_layout(
 pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
     let old_size = if segment::contains(p) {
         // SAFETY: `p` is inside a mapped segment, whose header is mapped.
-        if let Some(bytes) = medium::block_bytes(unsafe { &*slab_of(p) }, p) {
+        let slab = unsafe { &*slab_of(p) };
+        if let Some(bytes) = medium::block_bytes(slab, p) {
             if medium::keeps(bytes, new_size, align) {
                 sample::realloc_big(p, p, new_size);
                 return p;
             }
             bytes
+        } else if zero::names_zero(slab) {
+            // Nothing to copy; a zero-size block is never kept, even for
+            // a size of 0 (C's `realloc(p, 0)` frees before it gets here).
+            zero::usable_size(slab, p)
         } else if debug::enabled() {
             // SAFETY: `p` is inside a mapped segment, no medium block; the
             // red zone moves with the size, so no in-place.
@@ -323,12 +345,13 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 
 /// Gives back all the memory we can: the calling thread's sheaves go back
 /// to their slabs, its slabs to the node lists, their empty slabs (and
-/// those debug mode and the heap profile keep) to their segments, free
+/// those debug mode, the heap profile and zero-size blocks keep) to their segments, free
 /// slabs and cached large blocks to the kernel.
 pub fn trim() {
     thread_idle();
     SideHeap::Debug.give_back_empty();
     SideHeap::Profile.give_back_empty();
+    zero::give_back_empty();
     node::discard_empty_slabs();
     purge::pass::purge_now();
     large::purge_cache(u64::MAX);

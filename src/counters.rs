@@ -132,6 +132,8 @@ pub struct Global {
     /// Sheaf budget the threads took from the process's pool
     /// (`sheaf_budget`), in bytes.
     pub sheaf_budget_taken: AtomicU64,
+    /// Zero-size blocks live (`zero`): written under the orphan heap's lock.
+    pub zero_size_blocks: AtomicU64,
 }
 
 /// Read through `global()`; named by the anchor (`anchor`).
@@ -152,6 +154,7 @@ pub static GLOBAL: Global = Global {
     medium_blocks: AtomicU64::new(0),
     medium_bytes: AtomicU64::new(0),
     sheaf_budget_taken: AtomicU64::new(0),
+    zero_size_blocks: AtomicU64::new(0),
 };
 
 pub fn global() -> &'static Global {

@@ -17,7 +17,7 @@ use crate::remote_free::free_slow;
 use crate::segment::{slab_of, SLAB_BYTES};
 use crate::sheaf;
 use crate::sheaf_budget;
-use crate::size_class::NUM_CLASSES;
+use crate::size_class::{NUM_CLASSES, ZERO_OFFSET};
 use crate::slab::{double_free, invalid_free, Slab, State};
 use crate::sync::{invariant, Ordering};
 use crate::tls::current;
@@ -38,9 +38,10 @@ pub fn alloc(class: usize, size: usize, align: usize) -> *mut u8 {
 #[inline(always)]
 pub fn alloc_scaled(scaled: usize, size: usize, align: usize) -> *mut u8 {
     let heap = current();
-    invariant!(scaled < NUM_CLASSES * core::mem::size_of::<ClassHeap>());
+    invariant!(scaled < NUM_CLASSES * core::mem::size_of::<ClassHeap>() || scaled == ZERO_OFFSET);
     // SAFETY: `heap` is this thread's heap or a static one; `scaled` is a
-    // class's offset, below `NUM_CLASSES * CLASS_SCALE`.
+    // class's offset, below `NUM_CLASSES * CLASS_SCALE`, or the zero-size
+    // class's (`ZERO_OFFSET`, a class heap with no sheaf and no list).
     let c = unsafe { (*heap).class_at(scaled) };
     let sheaf = c.sheaf();
     let len = sheaf.len();

@@ -23,6 +23,7 @@ use crate::os::{self, PAGE_BYTES};
 use crate::report;
 use crate::sys;
 use crate::walk;
+use crate::zero;
 
 /// The alignment of `calloc`'s and `realloc`'s blocks, and the least of
 /// the aligned allocations'.
@@ -92,6 +93,8 @@ pub fn malloc_family(size: usize) -> [Asked; 2] {
 #[no_mangle]
 pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
+        // No bytes: a zero-size block, as `malloc(0)`'s.
+        Some(0) => out(alloc::alloc_zero_size(MIN_ALIGN)),
         Some(bytes) => out(alloc::alloc_zeroed(bytes, MIN_ALIGN)),
         None => {
             os::set_enomem();
@@ -131,8 +134,15 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
     }
 }
 
+/// A block of `size` bytes at `align`; no bytes at an alignment that
+/// zero-size blocks have (`zero::ALIGN`): a zero-size block, as
+/// `malloc(0)`'s.
 fn aligned(align: usize, size: usize) -> *mut u8 {
-    alloc::alloc(size, align.max(MIN_ALIGN))
+    let align = align.max(MIN_ALIGN);
+    if size == 0 && align <= zero::ALIGN {
+        return alloc::alloc_zero_size(align);
+    }
+    alloc::alloc(size, align)
 }
 
 /// # Safety

@@ -55,6 +55,7 @@ use crate::segment;
 use crate::sync::{AtomicU32, Ordering};
 use crate::sys;
 use crate::tls;
+use crate::zero;
 
 /// Whether the process had other threads when it last entered fork.
 static PARENT_THREADED: AtomicU32 = AtomicU32::new(0);
@@ -102,7 +103,9 @@ extern "C" fn child() {
     heap::repair_registry_in_child();
     let heap = tls::current();
     heap::count_threads_in_child(heap != heap::EMPTY && heap != heap::DEAD);
-    heap::repair_orphan_in_child();
+    if heap::repair_orphan_in_child() {
+        zero::rebuild_in_child();
+    }
     if table::PROF_LOCK.is_locked() {
         heap::replace_prof_in_child();
         table::reset_in_child();

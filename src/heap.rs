@@ -22,7 +22,7 @@ use crate::os;
 use crate::purge;
 use crate::segment::SLAB_BYTES;
 use crate::sheaf_state::{Sheaf, SheafBody, SheafBudget, SheafHead};
-use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_START};
+use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_START, ZERO_OFFSET};
 use crate::slab::Slab;
 use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, LockWait, Locked, Ordering};
 
@@ -88,8 +88,10 @@ const _: () = assert!(core::mem::size_of::<ClassHeap>() == crate::size_class::CL
 // them with no displacement and one of 8 bits.
 const _: () = assert!(offset_of!(ClassHeap, sheaf_head) == 0);
 // `Slab::heap_offset` holds a class's offset in a heap (or the no-sheaf
-// one after them) in 16 bits.
-const _: () = assert!(NO_SHEAF_OFFSET <= u16::MAX as usize);
+// and zero-size ones after them) in 16 bits.
+const _: () = assert!(ZERO_OFFSET <= u16::MAX as usize);
+const _: () = assert!(offset_of!(Heap, no_sheaf) == NO_SHEAF_OFFSET);
+const _: () = assert!(offset_of!(Heap, zero) == ZERO_OFFSET);
 
 /// A thread's heap. The class heaps come first (the fast paths find one at
 /// a fixed offset); the header after them holds what a thread writes for
@@ -103,6 +105,12 @@ pub struct Heap {
     /// profile, of medium blocks and of debug mode, whose frees must all
     /// take the slow path. Never written.
     pub no_sheaf: ClassHeap,
+    /// The class heap of zero-size blocks, at `ZERO_OFFSET`: the size
+    /// table's class of size 0 and the one their slabs name, with no sheaf,
+    /// so that `malloc(0)` and their frees take the slow paths (`zero`).
+    /// A thread's is never written; the orphan heap's lists the slabs of
+    /// zero-size blocks that have a free one.
+    pub zero: ClassHeap,
     /// Registry links (`Registry::live`), or the pool's (`next` alone).
     pub next: Cell<*mut Heap>,
     pub prev: Cell<*mut Heap>,
@@ -226,10 +234,11 @@ impl Heap {
     ///
     /// # Safety
     /// `offset` is a class times `CLASS_SCALE` (a `Slab::heap_offset`, or
-    /// from `size_class::scaled_class_by_table`), or `NO_SHEAF_OFFSET`.
+    /// from `size_class::scaled_class_by_table`), `NO_SHEAF_OFFSET` or
+    /// `ZERO_OFFSET`.
     #[inline(always)]
     pub unsafe fn class_at(&self, offset: usize) -> &ClassHeap {
-        invariant!(offset <= NO_SHEAF_OFFSET);
+        invariant!(offset <= ZERO_OFFSET);
         // SAFETY: per the contract, inside `classes`, which starts the
         // repr(C) Heap.
         unsafe {
@@ -320,6 +329,7 @@ impl Heap {
         Heap {
             classes: [const { ClassHeap::new() }; NUM_CLASSES],
             no_sheaf: ClassHeap::new(),
+            zero: ClassHeap::new(),
             next: Cell::new(ptr::null_mut()),
             prev: Cell::new(ptr::null_mut()),
             prof_left: Cell::new(0),
@@ -549,10 +559,12 @@ pub fn count_threads_in_child(forking_thread_has_heap: bool) {
 /// heap takes its place. The old one's slabs stay owned by it and are never
 /// reached again (what the child frees into them is leaked, never handed out
 /// twice); its counters join the retired totals. Runs after
-/// `repair_registry_in_child`.
-pub fn repair_orphan_in_child() {
+/// `repair_registry_in_child`. Returns whether the lock was held (the
+/// orphan heap's lists of zero-size blocks' slabs must be made again:
+/// `zero::rebuild_in_child`).
+pub fn repair_orphan_in_child() -> bool {
     if !ORPHAN_LOCK.is_locked() {
-        return;
+        return false;
     }
     let fresh = os::map(core::mem::size_of::<Heap>()) as *mut Heap;
     if !fresh.is_null() {
@@ -563,6 +575,7 @@ pub fn repair_orphan_in_child() {
         });
     }
     ORPHAN_LOCK.reset_in_child();
+    true
 }
 
 /// In a forked child whose parent had other threads, one of which held

@@ -19,6 +19,7 @@
 //! - large: the size and alignment are served as a large block, the
 //!   address has the alignment, and the mapping holds the size and is at
 //!   most `large::MAX_MAPPING_PER_REQUEST` times its pages.
+//! - zero-size (`zero`): the size is 0 and the address has the alignment.
 //! - medium: the size and alignment are served above the classes, the
 //!   address has the alignment, and the size needs the span's slabs, as
 //!   many as it has (`medium::keeps`: what a realloc in place keeps).
@@ -42,6 +43,7 @@ use crate::os;
 use crate::segment::{self, slab_of};
 use crate::size_class::{class_for, CLASS_BYTES};
 use crate::slab::{looks_free, State};
+use crate::zero;
 
 /// A size and an alignment a block may have been asked for with.
 #[derive(Clone, Copy)]
@@ -83,6 +85,8 @@ enum Block {
     Large { len: usize },
     /// A medium block in a span of `len` bytes.
     Medium { len: usize },
+    /// A zero-size block.
+    Zero,
 }
 
 /// The live block `p` starts, or None: not a block's start (an interior
@@ -97,6 +101,9 @@ fn block_at(p: *mut u8) -> Option<Block> {
     let slab = unsafe { &*slab_of(p) };
     if let Some(len) = medium::block_bytes(slab, p) {
         return Some(Block::Medium { len });
+    }
+    if zero::names_zero(slab) {
+        return zero::is_live(slab, p).then_some(Block::Zero);
     }
     if slab.state() == State::Free || !slab.is_object_start(p) {
         return None;
@@ -150,6 +157,7 @@ impl Block {
                     && p as usize & (asked.align - 1) == 0
                     && medium::keeps(len, asked.size, asked.align)
             }
+            Block::Zero => asked.size == 0 && p as usize & (asked.align - 1) == 0,
         }
     }
 
@@ -160,6 +168,7 @@ impl Block {
             Block::Small { asked, .. } if debug::enabled() => asked,
             Block::Small { class, .. } => CLASS_BYTES[class] as usize,
             Block::Large { len } | Block::Medium { len } => len,
+            Block::Zero => 0,
         }
     }
 }

@@ -150,6 +150,7 @@ mod sync;
 mod sys;
 mod tls;
 mod walk;
+mod zero;
 
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -216,7 +217,9 @@ pub fn thread_idle() {
 }
 
 /// The size class object size that a request of `size` bytes (alignment 1)
-/// is served from, or None for a medium or large block.
+/// is served from, or None for a medium or large block. (A request of 0
+/// bytes through the C API gets a zero-size block instead, unless
+/// `SLUBMALLOC_PROTECT_ZERO_SIZE=0`: `malloc_usable_size` says 0.)
 pub fn class_size(size: usize) -> Option<usize> {
     size_class::class_for(size, 1).map(|c| size_class::CLASS_BYTES[c] as usize)
 }

@@ -135,6 +135,11 @@ options! {
         "SLUBMALLOC_PROTECT_FREED_LARGE", "1",
         "`0`: no freed large block is made inaccessible (a use after free of one bigger than any freed before goes unnoticed)",
         parse_flag;
+    /// Zero-size blocks inaccessible (`zero`).
+    protect_zero_size: bool = true,
+        "SLUBMALLOC_PROTECT_ZERO_SIZE", "1",
+        "`0`: `malloc(0)` hands out a 16-byte block, as glibc's does (a read or write of a zero-size block goes unnoticed); `1`: a block in memory that is never accessible, a distinct address for each live one",
+        parse_flag;
     /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
     freelist_random: bool = false,
         "SLUBMALLOC_FREELIST_RANDOM", "0",

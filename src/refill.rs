@@ -24,8 +24,10 @@ use crate::segment;
 use crate::shared;
 use crate::sheaf;
 use crate::sheaf_budget;
-use crate::sync::Ordering;
+use crate::size_class::{class_of, ZERO_CLASS};
+use crate::sync::{invariant, Ordering};
 use crate::tls::{current, own_heap};
+use crate::zero;
 
 /// The allocation slow path: the class's free list is empty (or the thread
 /// has no heap yet, or debug mode, whose thread heaps own no slab). The
@@ -37,6 +39,17 @@ use crate::tls::{current, own_heap};
 pub fn alloc_slow(size: usize, align: usize, class: usize) -> *mut u8 {
     // No allocator lock is held here (see `background`).
     background::start_if_wanted();
+    // A zero-size request: the size table's class of its own, which no
+    // sheaf serves (`zero`); else the class of its alignment (at most
+    // `zero::ALIGN`, a power of two: a class of that size).
+    let class = if class != ZERO_CLASS {
+        class
+    } else if zero::enabled() {
+        return zero::alloc();
+    } else {
+        invariant!(align <= zero::ALIGN);
+        class_of(align)
+    };
     // --- heap profile: allocations that miss the fast path count down too.
     if own_heap().is_some_and(|heap| heap.prof_count(size)) {
         let me = alloc_slow as *const () as usize;

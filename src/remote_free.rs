@@ -18,6 +18,7 @@ use crate::side_slabs::SideHeap;
 use crate::size_class::NO_SHEAF_OFFSET;
 use crate::slab::{self, double_free, Push, Slab, Suspicion};
 use crate::tls::current;
+use crate::zero;
 
 /// A free by a thread that does not own the slab. The common case, a slab
 /// that another heap owns, is one `push_remote`, done here without the
@@ -33,8 +34,12 @@ pub fn free_slow(p: *mut u8, slab: &Slab) {
     }
     // ---
     // A medium block, or debug mode's: their slabs send every free here,
-    // as the profile's do (`medium`, `debug`).
-    if slab.heap_offset.get() as usize == NO_SHEAF_OFFSET {
+    // as the profile's do (`medium`, `debug`); and a zero-size block's,
+    // whose class heap is after theirs (`zero`).
+    if slab.heap_offset.get() as usize >= NO_SHEAF_OFFSET {
+        if zero::names_zero(slab) {
+            return zero::free(slab, p);
+        }
         if SideHeap::Debug.owns(slab) {
             return debug::free(slab, p);
         }

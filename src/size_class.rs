@@ -48,13 +48,14 @@ pub const LOOKUP_MAX: usize = 1024;
 
 /// Object size of each class.
 pub static CLASS_BYTES: [u32; NUM_CLASSES] = class_sizes();
-/// `LOOKUP[(size + 7) >> 3]` is the class of `size` for `size <= 1024`.
+/// `LOOKUP[(size + 7) >> 3]` is the class of `size` for `1 <= size <= 1024`.
 static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = lookup_table();
 /// The class of each size up to 1024 times `CLASS_SCALE`, indexed by the
 /// size itself: the allocation fast path indexes the thread heap with it,
 /// one load, no round-up and shift (fewer instructions than indexing by
 /// `(size + 7) >> 3`: `ci/callgrind.sh`). 2 KiB, of which a program touches
-/// the lines of the sizes it asks for.
+/// the lines of the sizes it asks for. Size 0 has the zero-size class
+/// (`ZERO_OFFSET`), when that is on; `class_of(0)` is the smallest class.
 static LOOKUP_SCALED: [u16; LOOKUP_MAX + 1] = scaled_table();
 
 const fn class_sizes() -> [u32; NUM_CLASSES] {
@@ -141,6 +142,16 @@ pub const CLASS_SCALE: usize = 512;
 /// frees must all reach the free slow path (the heap profile's).
 pub const NO_SHEAF_OFFSET: usize = NUM_CLASSES * CLASS_SCALE;
 
+/// The offset, in a thread heap, of the class heap of zero-size blocks
+/// (`heap::Heap::zero`): the `Slab::heap_offset` of their slabs
+/// (`zero`), and `scaled_class_by_table(0)`. No sheaf serves it, so
+/// `malloc(0)` and the free of such a block take the slow paths, with no
+/// test on the fast paths: the size table sends size 0 there.
+pub const ZERO_OFFSET: usize = (NUM_CLASSES + 1) * CLASS_SCALE;
+/// The class number `alloc_slow` receives for a zero-size request:
+/// `ZERO_OFFSET / CLASS_SCALE`, beyond every size class.
+pub const ZERO_CLASS: usize = NUM_CLASSES + 1;
+
 /// The most blocks a sheaf holds (`sheaf_state::Sheaf`).
 pub const SHEAF_MAX: usize = 32;
 /// The bytes a class's sheaf may hold: `SHEAF_MAX` blocks up to 341
@@ -221,7 +232,8 @@ pub fn scaled_class_of_small_layout(size: usize, align: usize) -> Option<usize> 
 const fn scaled_table() -> [u16; LOOKUP_MAX + 1] {
     let classes = lookup_table();
     let mut t = [0u16; LOOKUP_MAX + 1];
-    let mut size = 0;
+    t[0] = ZERO_OFFSET as u16;
+    let mut size = 1;
     while size < t.len() {
         t[size] = (classes[(size + 7) >> 3] as usize * CLASS_SCALE) as u16;
         size += 1;
@@ -327,7 +339,9 @@ mod tests {
 
     #[test]
     fn the_scaled_table_is_the_class_times_the_scale() {
-        for size in 0..=LOOKUP_MAX {
+        assert_eq!(scaled_class_by_table(0), ZERO_OFFSET);
+        assert_eq!(ZERO_OFFSET, ZERO_CLASS * CLASS_SCALE);
+        for size in 1..=LOOKUP_MAX {
             assert_eq!(
                 scaled_class_by_table(size),
                 class_of(size) * CLASS_SCALE,

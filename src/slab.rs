@@ -37,7 +37,9 @@
 //! (`begin_listing`, node lock); LISTED -> OWNED (`take_listed`, node
 //! lock); LISTED -> FULL (`make_full_from_listed`, node lock, Release);
 //! LISTED -> FREE (`make_free`, node lock); FREE -> SPAN (`init_span`,
-//! segment lock); SPAN -> FREE (`end_span`, segment lock). A LISTED slab
+//! segment lock); SPAN -> FREE (`end_span`, segment lock); FREE -> OWNED
+//! and back for a slab of zero-size blocks (`init_zero`, `end_zero`, the
+//! orphan heap's lock: `zero`). A LISTED slab
 //! also hands out single objects under the node lock
 //! (`take_listed_object`) and takes frees (`Node::free_listed`). The counts: `inuse` plus the objects on
 //! `local_free` plus the never-carved ones make `objects`, whenever the
@@ -161,6 +163,10 @@ pub struct Slab {
     /// the slab serves a class again, so that a second free of the block
     /// is named a double free (`medium`).
     pub span_slabs: Cell<u32>,
+    /// While a slab of zero-size blocks (`zero`): its live blocks, a bit
+    /// each (their memory is inaccessible, so no free list can be kept in
+    /// it); `inuse` stays 0. Written under the orphan heap's lock.
+    pub zero_live: Cell<u64>,
 }
 
 /// The state word: the state in its low bits, the remote free list in the
@@ -214,6 +220,7 @@ impl Slab {
             word: StateWord(AtomicUsize::new(FREE_WORD)),
             last_owner: Cell::new(0),
             span_slabs: Cell::new(0),
+            zero_live: Cell::new(0),
         }
     }
 
@@ -480,6 +487,49 @@ impl Slab {
     pub fn end_span(&self) {
         invariant!(self.state() == State::Span);
         // Relaxed: as in `init_span`.
+        self.word.0.store(FREE_WORD, Ordering::Relaxed);
+    }
+
+    /// FREE -> OWNED by `owner`, a slab fresh from its segment for
+    /// zero-size blocks (`zero`), `objects` of them `1 << stride_shift`
+    /// bytes apart, all carved, none live: the slot test passes for each
+    /// block's start alone, and every free of one reaches the free slow
+    /// path (the class heap of `ZERO_OFFSET`, which has no sheaf). Its
+    /// blocks' memory is the caller's to make inaccessible.
+    pub fn init_zero(&self, owner: usize, objects: u32, stride_shift: u32) {
+        invariant!(self.state() == State::Free);
+        invariant!(objects as usize == SLAB_BYTES >> stride_shift && objects <= u64::BITS);
+        // Relaxed and first, as in `init`.
+        self.word.0.store(OWNED_TAG, Ordering::Relaxed);
+        crate::sync::store_order_fence();
+        // The fields of an empty slab of the smallest class, then those of
+        // zero-size blocks.
+        self.prepare(0);
+        self.size.set(0);
+        self.heap_offset.set(crate::size_class::ZERO_OFFSET as u16);
+        // A stride of a power of two: the inverse of 1, the shift.
+        self.div.set(Divisor {
+            inverse: 1,
+            shift: stride_shift,
+        });
+        self.objects.set(objects);
+        // Relaxed: as in `prepare`.
+        self.carved.store(objects, Ordering::Relaxed);
+        self.zero_live.set(0);
+        self.owner.store(owner, Ordering::Relaxed);
+    }
+
+    /// OWNED -> FREE, a slab of zero-size blocks with none live, on no
+    /// list, that goes back to its segment (`zero`). `heap_offset`,
+    /// `objects` and `div` stay, until the slab serves again: a later free
+    /// of one of its blocks reaches `zero` still, which names it a double
+    /// free.
+    pub fn end_zero(&self) {
+        invariant!(self.state() == State::Owned && self.zero_live.get() == 0);
+        invariant!(!self.on_partial.get());
+        self.owner.store(0, Ordering::Relaxed);
+        // Relaxed: as in `make_free`.
+        self.carved.store(0, Ordering::Relaxed);
         self.word.0.store(FREE_WORD, Ordering::Relaxed);
     }
 

@@ -154,6 +154,9 @@ stat_fields! {
     large_blocks: ("large blocks", "");
     /// Bytes of the live large blocks' mappings.
     large_bytes: ("large bytes", " B");
+    /// Zero-size blocks live (`malloc(0)`): they hold no byte and lie in
+    /// slabs of no class, whose memory is inaccessible.
+    zero_size_blocks: ("zero-size blocks", "");
     /// Bytes of freed large-block mappings kept for reuse.
     large_cached_bytes: ("large cached", " B");
     /// The large-block cache's current bound: half of the most bytes live
@@ -263,6 +266,7 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         medium_bytes,
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
+        zero_size_blocks: g.zero_size_blocks.load(Ordering::Relaxed),
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
         large_cache_limit_bytes: g.large_cache_limit.load(Ordering::Relaxed),
         large_cache_hits: g.large_cache_hits.load(Ordering::Relaxed),

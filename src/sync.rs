@@ -7,7 +7,8 @@
 //! other.
 //!
 //! 1. `heap::ORPHAN_LOCK` (the orphan heap: `heap_start::with_slow_heap`,
-//!    and debug mode's slabs, `side_slabs`) or
+//!    debug mode's slabs, `side_slabs`, and the slabs of zero-size blocks,
+//!    `zero`) or
 //!    `prof::table::PROF_LOCK` (the profile heap and its tables:
 //!    `prof::sample`, `side_slabs`), never both: a thread past its exit is
 //!    not sampled, the profile's blocks come from its own heap (in debug

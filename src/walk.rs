@@ -20,6 +20,7 @@ use crate::slab;
 use crate::stats;
 use crate::sync::Ordering;
 use crate::sys;
+use crate::zero;
 
 /// What the walk found for one size class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,6 +54,8 @@ pub struct Walk {
     pub medium_blocks: u64,
     /// Bytes of their spans.
     pub medium_bytes: u64,
+    /// Live zero-size blocks in their slabs.
+    pub zero_size_blocks: u64,
 }
 
 /// Walks everything. See the module comment for when it may be called.
@@ -86,7 +89,13 @@ pub fn walk() -> Walk {
         });
     }
     let mut free_on_slabs = [0u64; NUM_CLASSES];
+    let mut zero_size_blocks = 0;
     segment::for_each_slab(|s| {
+        // Zero-size blocks and their slabs count in no class (`zero`).
+        if zero::owns(s) {
+            zero_size_blocks += zero::live_blocks(s);
+            return;
+        }
         let class = s.class.get() as usize;
         let bound = s.objects.get();
         let remote = slab::remote_list(s.word.0.load(Ordering::Acquire));
@@ -115,6 +124,7 @@ pub fn walk() -> Walk {
         large_blocks: large::walk_count(),
         medium_blocks,
         medium_bytes,
+        zero_size_blocks,
     }
 }
 
@@ -132,6 +142,7 @@ pub fn check_stats() -> usize {
         if before.caches().eq(after.caches())
             && before.totals.large_blocks == after.totals.large_blocks
             && before.totals.medium_bytes == after.totals.medium_bytes
+            && before.totals.zero_size_blocks == after.totals.zero_size_blocks
         {
             return report_mismatches(&before, &w);
         }
@@ -181,6 +192,15 @@ fn report_mismatches(s: &stats::Stats, w: &Walk) -> usize {
             out,
             "slubmalloc: medium blocks: counters {} ({} B) but walk {} ({} B)",
             s.totals.medium_blocks, s.totals.medium_bytes, w.medium_blocks, w.medium_bytes
+        );
+    }
+    if s.totals.zero_size_blocks != w.zero_size_blocks {
+        bad += 1;
+        let mut out = os::FdWriter::new(2);
+        let _ = writeln!(
+            out,
+            "slubmalloc: zero-size blocks: counters {} but walk {}",
+            s.totals.zero_size_blocks, w.zero_size_blocks
         );
     }
     bad

@@ -90,6 +90,21 @@
  *                          the size word behind it, in a 48-byte slot
  *   write_after_free       (SLUBMALLOC_DEBUG=1) p[8] written after
  *                          free(p): the poison, checked on reuse
+ *   zero_read, zero_write  *p read, or written, for p = malloc(0): a
+ *                          zero-size block, whose memory is inaccessible
+ *                          (src/zero.rs): death by SIGSEGV, no message
+ *                          (warm: WARM zero-size blocks kept first)
+ *   zero_double_free       p = malloc(0); free(p); free(p)
+ *   zero_double_free_emptied   as zero_double_free, p's slab gone back
+ *                          to its segment at the first free
+ *   zero_interior          p + 16 of p = malloc(0)
+ *   zero_ok                no misuse (a control): malloc(0), calloc of no
+ *                          bytes, aligned_alloc(64, 0), realloc(NULL, 0)
+ *                          are distinct live blocks of usable size 0; a
+ *                          realloc from one works; they are freed; the
+ *                          statistics agree with the walk
+ *                          (slubmalloc_check_stats) throughout; prints
+ *                          "survived" and exits 0
  *
  * The sheaf cases (src/sheaf.rs): a warm class's free of a block of any
  * slab but the thread's active one goes into the thread's sheaf, tagged
@@ -367,9 +382,98 @@ static void free_reused(void) {
         free(reused[i]);
 }
 
+/* The zero-size cases (`zero_*`). */
+extern int slubmalloc_check_stats(void) __attribute__((weak));
+static void *zero_kept[WARM];
+static void zero_fail(const char *what) {
+    fprintf(stderr, "zero_ok: %s\n", what);
+    exit(1);
+}
+static void zero_check_stats(void) {
+    if (!slubmalloc_check_stats)
+        zero_fail("slubmalloc_check_stats not found (not under the preload?)");
+    if (slubmalloc_check_stats() != 0)
+        zero_fail("the statistics disagree with the walk");
+}
+static void read_target(void) { printf("read %d\n", *(volatile char *)target); }
+static void write_target(void) { *(volatile char *)target = 5; }
+static void zero_ok(void) {
+    enum { N = 8 };
+    char *z[N];
+    for (int i = 0; i < N - 4; i++)
+        z[i] = malloc(0);
+    z[N - 4] = calloc(0, 16);
+    z[N - 3] = aligned_alloc(64, 0);
+    z[N - 2] = realloc(NULL, 0);
+    z[N - 1] = target;
+    for (int i = 0; i < N; i++) {
+        if (!z[i])
+            zero_fail("a zero-size allocation returned null");
+        if (malloc_usable_size(z[i]) != 0)
+            zero_fail("a zero-size block's usable size is not 0");
+        for (int k = 0; k < WARM; k++)
+            if (zero_kept[k] == z[i])
+                zero_fail("a live zero-size block handed out twice");
+        for (int j = 0; j < i; j++)
+            if (z[j] == z[i])
+                zero_fail("two live zero-size blocks share an address");
+    }
+    if ((uintptr_t)z[N - 3] % 64 != 0)
+        zero_fail("aligned_alloc(64, 0) is not 64-byte aligned");
+    zero_check_stats();
+    char *grown = realloc(z[0], 100);
+    if (!grown)
+        zero_fail("realloc from a zero-size block returned null");
+    memset(grown, 7, 100);
+    free(grown);
+    for (int i = 1; i < N; i++)
+        free(z[i]);
+    zero_check_stats();
+}
+static int zero_case(const char *c) {
+    if (warm())
+        for (int i = 0; i < WARM; i++)
+            zero_kept[i] = malloc(0);
+    target = malloc(0);
+    void (*misuse)(void) = free_target;
+    if (is(c, "zero_read")) {
+        misuse = read_target;
+    } else if (is(c, "zero_write")) {
+        misuse = write_target;
+    } else if (is(c, "zero_double_free")) {
+        free(target);
+    } else if (is(c, "zero_double_free_emptied")) {
+        /* target first in a slab of its own, the block before it in
+         * another: that one's free lists its slab, so target's slab, empty
+         * at target's free, goes back to its segment. */
+        char *before;
+        do {
+            before = target;
+            target = malloc(0);
+        } while (!before || ((uintptr_t)target & 0xffff) != 0);
+        announce(target);
+        free(before);
+        free(target);
+    } else if (is(c, "zero_interior")) {
+        target += 16;
+    } else if (is(c, "zero_ok")) {
+        misuse = zero_ok;
+    } else {
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
+    if (!is(c, "zero_ok") && !is(c, "zero_double_free_emptied"))
+        announce(target);
+    in_thread(misuse, remote());
+    survived();
+    return 0;
+}
+
 /* Sets up case `c` and commits its misuse; returns the exit status. */
 static int run_case(const char *c, int argc) {
     void (*misuse)(void) = do_op; /* the last step, in another thread if remote */
+    if (strncmp(c, "zero_", 5) == 0)
+        return zero_case(c);
     if (is(c, "double_free") || is(c, "double_free_exit")) {
         size = 48;
         warm_up();

@@ -4,9 +4,11 @@
  * threads anywhere in the allocator, locks held or not. Each child checks a
  * block made before the fork, frees every block left in the shared array
  * after checking its contents, allocates and frees many blocks with their
- * contents checked (some from a new thread), and exits; a child that hangs
- * or crashes fails the run. Prints "forks <n> ok". */
+ * contents checked (some from a new thread) and zero-size blocks (usable
+ * size 0: src/zero.rs, whose slabs' list a child may rebuild), and exits;
+ * a child that hangs or crashes fails the run. Prints "forks <n> ok". */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -22,6 +24,8 @@ static atomic_int stop;
 /* Blocks made by one thread and freed by another; each starts with its size
  * and the size's complement. */
 static _Atomic(size_t *) shared[SHARED];
+/* Zero-size blocks made by one thread and freed by another. */
+static _Atomic(void *) shared_zero[SHARED];
 static atomic_long churn;
 static unsigned char *before_fork;
 
@@ -38,6 +42,8 @@ static void *churner(void *arg) {
             slot[i] = realloc(slot[i], n);
         } else {
             free(slot[i]);
+            if ((s >> 50) % 8 == 0)
+                n = 0; /* a zero-size block */
             slot[i] = (s & 2) ? malloc(n) : calloc(1, n);
         }
         if (!slot[i]) abort();
@@ -49,6 +55,11 @@ static void *churner(void *arg) {
             b[0] = m;
             b[1] = ~m;
             free(atomic_exchange(&shared[(s >> 8) % SHARED], b));
+        }
+        if ((s >> 52) % 8 == 0) {
+            void *z = malloc(0);
+            if (!z) abort();
+            free(atomic_exchange(&shared_zero[(s >> 24) % SHARED], z));
         }
         atomic_fetch_add_explicit(&churn, 1, memory_order_relaxed);
     }
@@ -74,6 +85,9 @@ static int child(int k) {
         size_t *b = atomic_load(&shared[i]);
         if (b && (b[0] < 16 || b[1] != ~b[0])) return 7;
         free(b);
+        void *z = atomic_load(&shared_zero[i]);
+        if (z && malloc_usable_size(z) != 0) return 11;
+        free(z);
     }
     static unsigned char *keep[KEEP];
     for (int i = 0; i < KEEP; i++) {
@@ -93,6 +107,13 @@ static int child(int k) {
         p[i] = malloc(i % 50 == 0 ? 100000 : 8 + (size_t)i * 24);
         if (!p[i]) return 4;
         memset(p[i], i, 8);
+    }
+    for (int i = 0; i < 200; i++) free(p[i]);
+    for (int i = 0; i < 200; i++) {
+        p[i] = malloc(0);
+        if (!p[i] || malloc_usable_size(p[i]) != 0) return 10;
+        for (int j = 0; j < i; j++)
+            if (p[j] == p[i]) return 12;
     }
     for (int i = 0; i < 200; i++) free(p[i]);
     if (k % 10 == 0) {
@@ -136,7 +157,10 @@ int main(void) {
     }
     atomic_store(&stop, 1);
     for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < SHARED; i++) free(atomic_load(&shared[i]));
+    for (int i = 0; i < SHARED; i++) {
+        free(atomic_load(&shared[i]));
+        free(atomic_load(&shared_zero[i]));
+    }
     free(before_fork);
     if (failures) return 1;
     printf("forks %d ok, parent threads made %ld allocations meanwhile\n", NFORKS, atomic_load(&churn));

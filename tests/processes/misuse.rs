@@ -832,3 +832,111 @@ fn correct_multithreaded_program_is_not_stopped() {
 fn debug_mode_leaves_a_correct_multithreaded_program_unchanged() {
     correct_program_is_not_stopped(&program("misuse_none_threads"), DEBUG);
 }
+
+// ---------------------------------------------------------------------------
+// Zero-size blocks (`src/zero.rs`): `malloc(0)` hands out a block whose
+// memory is inaccessible
+
+const SIGSEGV: i32 = 11;
+const ZERO_SIZE_OFF: &[(&str, &str)] = &[("SLUBMALLOC_PROTECT_ZERO_SIZE", "0")];
+
+/// Runs `case` in each of `places` with `env` and expects death by SIGSEGV
+/// at the access, after the address was printed and before "survived",
+/// with no message from the allocator.
+fn zero_size_access_faults(case: &str, places: &[&str], env: &[(&str, &str)]) {
+    for place in places {
+        let o = run(case, place, "free", env);
+        let what = format!("misuse {case} {place} (env {env:?})");
+        printed_address(&o);
+        assert!(
+            !common::stdout(&o).contains("survived"),
+            "{what}: the program ran past its access\n{}",
+            common::describe(&o)
+        );
+        assert_eq!(
+            o.status.signal(),
+            Some(SIGSEGV),
+            "{what}: expected death by SIGSEGV\n{}",
+            common::describe(&o)
+        );
+        assert!(
+            !common::stderr(&o).contains("slubmalloc: "),
+            "{what}\n{}",
+            common::describe(&o)
+        );
+    }
+}
+
+#[test]
+fn a_read_of_a_zero_size_block_faults() {
+    zero_size_access_faults("zero_read", EVERYWHERE, &[]);
+    zero_size_access_faults("zero_read", COLD_WARM_REMOTE, DEBUG);
+}
+
+#[test]
+fn a_write_into_a_zero_size_block_faults() {
+    zero_size_access_faults("zero_write", EVERYWHERE, &[]);
+    zero_size_access_faults("zero_write", COLD_WARM_REMOTE, DEBUG);
+}
+
+#[test]
+fn double_free_of_a_zero_size_block_is_stopped() {
+    free_stopped("zero_double_free", EVERYWHERE, DOUBLE_FREE);
+    stopped_with(
+        "zero_double_free",
+        COLD_WARM_REMOTE,
+        "free",
+        DEBUG,
+        DOUBLE_FREE,
+        0,
+    );
+}
+
+#[test]
+fn double_free_of_a_zero_size_block_whose_slab_went_back_to_its_segment_is_stopped() {
+    // Not from another thread: the thread's start takes slabs, the free one
+    // first, and a block of a slab that serves again is no longer told.
+    free_stopped(
+        "zero_double_free_emptied",
+        &["cold", "warm", "exiting"],
+        DOUBLE_FREE,
+    );
+}
+
+#[test]
+fn free_of_an_interior_pointer_of_a_zero_size_block_is_stopped() {
+    free_stopped("zero_interior", EVERYWHERE, INVALID);
+}
+
+/// `zero_ok`: distinct live zero-size blocks of usable size 0 from every
+/// zero-size allocation, a realloc from one, their frees, exact statistics.
+#[test]
+fn zero_size_blocks_are_distinct_of_usable_size_0_reallocated_freed_and_counted() {
+    for env in [&[][..], DEBUG] {
+        for place in EVERYWHERE {
+            let o = run("zero_ok", place, "free", env);
+            assert!(
+                o.status.success() && common::stdout(&o).contains("survived"),
+                "zero_ok {place} (env {env:?})\n{}",
+                common::describe(&o)
+            );
+            assert!(
+                !common::stderr(&o).contains("slubmalloc: "),
+                "zero_ok {place} (env {env:?})\n{}",
+                common::describe(&o)
+            );
+        }
+    }
+}
+
+#[test]
+fn with_protect_zero_size_off_a_write_into_malloc_0_goes_unnoticed() {
+    for place in ["cold", "warm"] {
+        let o = run("zero_write", place, "free", ZERO_SIZE_OFF);
+        assert!(
+            o.status.success() && common::stdout(&o).contains("survived"),
+            "zero_write {place} with SLUBMALLOC_PROTECT_ZERO_SIZE=0\n{}",
+            common::describe(&o)
+        );
+    }
+}
