@@ -1,5 +1,5 @@
 //! The slab protocol of slubmalloc, model-checked: the allocator's own
-//! `sync`, `size_class`, `freelist`, `list`, `slab` (with `slab::remote`,
+//! `sync`, `size_class`, `freelist`, `list`, `slab` (with `slab::remote`, `slab::zero_size`,
 //! which `src/slab.rs` declares by its path) and `node` modules, compiled
 //! against loom's atomics and cells (`--cfg loom`, see `ci/model.sh`) and
 //! instantiated on slabs and nodes made for each scenario instead of the
