@@ -154,9 +154,6 @@ stat_fields! {
     large_blocks: ("large blocks", "");
     /// Bytes of the live large blocks' mappings.
     large_bytes: ("large bytes", " B");
-    /// Zero-size blocks live (`malloc(0)`): they hold no byte and lie in
-    /// slabs of no class, whose memory is inaccessible.
-    zero_size_blocks: ("zero-size blocks", "");
     /// Bytes of freed large-block mappings kept for reuse.
     large_cached_bytes: ("large cached", " B");
     /// The large-block cache's current bound: half of the most bytes live
@@ -182,6 +179,9 @@ stat_fields! {
     threads_alive: ("threads alive", "");
     /// Threads that had a heap and exited.
     threads_exited: ("threads exited", "");
+    /// Zero-size blocks live (`malloc(0)`): they hold no byte and lie in
+    /// slabs of no class, whose memory is inaccessible.
+    zero_size_blocks: ("zero-size blocks", "");
 }
 
 /// A snapshot of every counter. Taking one costs O(threads + classes).

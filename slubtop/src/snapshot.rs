@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use crate::target::{Error, Found, Target};
 
 /// The anchor layout this slubtop reads (`ANCHOR_VERSION` in src/anchor.rs).
-pub const ANCHOR_VERSION: u32 = 2;
+pub const ANCHOR_VERSION: u32 = 3;
 const ANCHOR_MAGIC: &[u8; 8] = b"SLUBANCH";
-const ANCHOR_BYTES: usize = 272;
+const ANCHOR_BYTES: usize = 280;
 /// Tries before giving up on a snapshot.
 pub const TRIES: u32 = 1000;
 
@@ -69,8 +69,8 @@ struct Anchor {
     /// segments, large_blocks, large_bytes, large_mapped, large_cached,
     /// large_cache_limit, large_cache_hits, background_purges,
     /// purger_starts, mmaps, purges, purged_bytes, medium_blocks,
-    /// medium_bytes, sheaf_budget_taken.
-    globals: [u64; 15],
+    /// medium_bytes, sheaf_budget_taken, zero_size_blocks.
+    globals: [u64; 16],
 }
 
 fn u32_at(b: &[u8], at: usize) -> u64 {
@@ -177,7 +177,7 @@ pub const CACHE_FIELDS: [&str; 28] = [
 ];
 
 /// The process-wide totals, the fields of the in-process `Totals` in order.
-pub const TOTALS_FIELDS: [&str; 19] = [
+pub const TOTALS_FIELDS: [&str; 20] = [
     "bytes_in_use",
     "bytes_mapped",
     "resident_bytes",
@@ -197,6 +197,7 @@ pub const TOTALS_FIELDS: [&str; 19] = [
     "sheaf_budget_taken",
     "threads_alive",
     "threads_exited",
+    "zero_size_blocks",
 ];
 
 /// Indices into a class's values, for the views.
@@ -237,7 +238,7 @@ pub mod total {
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
     pub caches: Vec<[u64; 28]>,
-    pub totals: [u64; 19],
+    pub totals: [u64; 20],
     /// Tries it took.
     pub tries: u32,
 }
@@ -271,7 +272,7 @@ struct Raw {
     sums: Vec<[u64; EVENTS]>,
     /// Per class, the node's eight fields.
     nodes: Vec<[u64; 8]>,
-    globals: [u64; 15],
+    globals: [u64; 16],
     alive: u64,
     exited: u64,
 }
@@ -523,7 +524,7 @@ impl Reader {
             bytes_in_use = bytes_in_use.wrapping_add(in_use.wrapping_mul(object_size));
         }
         let g = raw.globals;
-        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged, medium_blocks, medium_bytes, sheaf_budget] =
+        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged, medium_blocks, medium_bytes, sheaf_budget, zero_size_blocks] =
             g;
         let totals = [
             bytes_in_use
@@ -549,6 +550,7 @@ impl Reader {
             sheaf_budget,
             raw.alive,
             raw.exited,
+            zero_size_blocks,
         ];
         Ok(Snapshot {
             caches,

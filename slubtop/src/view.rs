@@ -294,7 +294,7 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         Some(("head", 7)),
         Some(("tail", 7)),
     ];
-    const LABELS: [(&str, &str); 19] = [
+    const LABELS: [(&str, &str); 20] = [
         ("in use", " B"),
         ("mapped", " B"),
         ("resident", " B"),
@@ -314,6 +314,7 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         ("sheaf budget taken", " B"),
         ("threads alive", ""),
         ("threads exited", ""),
+        ("zero-size blocks", ""),
     ];
     let mut s = format!("slubmalloc statistics (pid {pid}, read by slubtop)\n");
     let shown = || COLUMNS.iter().flatten();

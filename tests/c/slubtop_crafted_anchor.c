@@ -1,5 +1,5 @@
 /* A process that is not slubmalloc but exports a `slubmalloc_anchor` of its
- * own making, laid out as version 2 of src/anchor.rs, over an empty registry
+ * own making, laid out as version 3 of src/anchor.rs, over an empty registry
  * (no live heap, zero counters): what slubtop does when the anchor says
  * something it must refuse (tests/processes/slubtop.rs).
  *
@@ -41,10 +41,10 @@ struct anchor {
     uint32_t heap_next, class_heap_bytes, class_heap_counters, node_bytes;
     void *nodes;
     uint32_t node_fields[8];
-    uint64_t *globals[15];
+    uint64_t *globals[16];
 };
 
-_Static_assert(sizeof(struct anchor) == 272, "version 2 is 272 bytes");
+_Static_assert(sizeof(struct anchor) == 280, "version 3 is 280 bytes");
 
 static uint32_t class_bytes[CLASSES];
 static _Atomic uint64_t generation;
@@ -57,7 +57,7 @@ static uint64_t nodes[CLASSES * 10];
 static uint64_t zero;
 
 __attribute__((used)) struct anchor slubmalloc_anchor = {
-    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 2, 272, CLASSES, EVENTS,
+    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 3, 280, CLASSES, EVENTS,
     65536, 4 << 20,
     class_bytes, &generation, &registry,
     __builtin_offsetof(struct registry, live), __builtin_offsetof(struct registry, retired),
@@ -66,7 +66,7 @@ __attribute__((used)) struct anchor slubmalloc_anchor = {
     (CLASSES + 1) * CLASS_HEAP, CLASS_HEAP, 0, 80,
     nodes,
     {0, 8, 16, 24, 32, 40, 48, 56},
-    {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero},
+    {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero},
 };
 
 /* Each change as the allocator's `change_registry` makes it: odd, the
