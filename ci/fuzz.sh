@@ -19,10 +19,10 @@
 # through the bulk allocations): each corpus starts from seeds of 64 B-1 KiB
 # of seeded noise (the model reads any bytes as operations) and libFuzzer
 # runs with -len_control=0, so it does not start from short inputs and grow
-# them. The fork, misuse and out-of-memory children run in one input of 16,
-# and the targets are built without -trace-compares (a callback at every
-# compare, the allocator's byte loops included), so that every run makes
-# 100 inputs a second or more.
+# them. A fork child runs in one input of 4, the misuse and out-of-memory
+# children in one of 16, and the targets are built without -trace-compares
+# (a callback at every compare, the allocator's byte loops included), so
+# that every run makes 100 inputs a second or more.
 # Corpora (fuzz/corpus/RUN) are kept between runs; a failure leaves its
 # input in fuzz/artifacts/RUN/ and the log in ci/out/fuzz/RUN.log, and the
 # script exits non-zero. Replay one with
@@ -82,7 +82,10 @@ build() {
 
 if [ "${1:-}" = coverage ]; then
     # Replays every corpus under its run's mode into one profile per target
-    # and prints line coverage per file of src/.
+    # and prints line coverage per file of src/. The coverage build runs
+    # the fork, misuse and out-of-memory children in every input
+    # (`ops_model::Config::fuzz`): a child's coverage never reaches the
+    # fuzzer, so the corpora hold few of the inputs that ran one.
     sysroot=$(rustc "${tc[@]}" --print sysroot)
     profdata() { find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1; }
     if [ -z "$(profdata)" ]; then

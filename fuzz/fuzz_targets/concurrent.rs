@@ -4,7 +4,7 @@
 //! through lock-free rings (remote frees racing the owner's refills, slab
 //! releases and exits; contended node locks), exit and carry on in new
 //! threads, and fork while the others are inside the allocator (the child's
-//! repairs; children run in one input of 16, as in `ops`). At each `Check`
+//! repairs; children run in some inputs only, as in `ops`). At each `Check`
 //! operation every thread parks and the statistics are checked against the
 //! model and the walk. Interleavings are not replayed: a crash names the
 //! input, and rerunning it a few times (`-runs=100`) brings the race back

@@ -5,9 +5,10 @@
 //! threads that allocated them; every operation kind runs: allocation from
 //! 1 B to 32 MiB at alignments to 4 MiB, realloc, bulk allocation and frees
 //! (thousands of live blocks), thread exits, trims, quiescent checks of the
-//! statistics against the model and the walk, and at most one fork child,
-//! one misuse child and one out-of-memory child per input, in one input of
-//! 16 (the first byte's upper bits pick: `ops_model::FUZZ_CHILDREN_ONE_IN`).
+//! statistics against the model and the walk, and at most one fork child
+//! per input, in one input of 4, and one misuse child and one out-of-memory
+//! child, in one input of 16 (the first byte's upper bits pick:
+//! `ops_model::FUZZ_FORKS_ONE_IN`, `FUZZ_CHILDREN_ONE_IN`).
 //!
 //! Run it under `SLUBMALLOC_DEBUG=1` and `SLUBMALLOC_FREELIST_RANDOM=1` too
 //! (`ci/fuzz.sh` does): the allocator reads its mode once, at start-up.

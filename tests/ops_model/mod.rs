@@ -76,8 +76,12 @@ pub const FUZZ_LIVE_BYTES: usize = 64 << 20;
 /// all 1021 of up to 128 B (in debug mode every slot is poisoned and
 /// checked byte by byte, at its allocation and at its free).
 pub const FUZZ_MANY_BYTES: usize = 128 << 10;
-/// `Config::children_one_in` of the fuzz targets: a fork, a misuse and an
-/// out-of-memory child cost more than the rest of an input.
+/// `Config::forks_one_in` and `children_one_in` of the fuzz targets: a
+/// child costs more than the rest of an input, the out-of-memory one most.
+/// A child's coverage never reaches the fuzzer, so corpora keep inputs with
+/// children only by chance: forks, whose repairs in the child run only when
+/// another thread held a lock, come more often.
+pub const FUZZ_FORKS_ONE_IN: usize = 4;
 pub const FUZZ_CHILDREN_ONE_IN: usize = 16;
 /// Blocks up to this size are filled and checked whole; above it, this many
 /// leading bytes, one word per `SAMPLE_BYTES` and the last `TAIL_BYTES`.
@@ -272,9 +276,11 @@ pub struct Config {
     pub max_forks: usize,
     pub max_misuses: usize,
     pub max_ooms: usize,
-    /// Where the input picks the threads: the children run in one input
-    /// of this many, as the first byte's upper bits pick (a replay runs the
-    /// same); 1: in every input.
+    /// Where the input picks the threads: fork children run in one input
+    /// of `forks_one_in`, misuse and out-of-memory children in one of
+    /// `children_one_in` (a multiple of it), as the first byte's upper bits
+    /// pick (a replay runs the same); 1: in every input.
+    pub forks_one_in: usize,
     pub children_one_in: usize,
     /// Requested bytes all threads together keep live; past it an
     /// allocation asks for a few KiB instead.
@@ -285,15 +291,21 @@ pub struct Config {
 
 impl Config {
     /// The fuzz targets': the input picks the threads; one child of each
-    /// kind per input at most, in one input of `FUZZ_CHILDREN_ONE_IN`.
+    /// kind per input at most, in one input of `FUZZ_FORKS_ONE_IN` and
+    /// `FUZZ_CHILDREN_ONE_IN`. In a coverage build (`ci/fuzz.sh coverage`,
+    /// which replays the corpora) in every input, so that the corpora's
+    /// coverage counts what the children reach in any of them.
+    #[allow(unexpected_cfgs)]
     pub const fn fuzz(lockstep: bool) -> Config {
+        let coverage = cfg!(fuzz_coverage);
         Config {
             threads: 0,
             lockstep,
             max_forks: 1,
             max_misuses: 1,
             max_ooms: 1,
-            children_one_in: FUZZ_CHILDREN_ONE_IN,
+            forks_one_in: if coverage { 1 } else { FUZZ_FORKS_ONE_IN },
+            children_one_in: if coverage { 1 } else { FUZZ_CHILDREN_ONE_IN },
             max_live_bytes: FUZZ_LIVE_BYTES,
             max_many_bytes: FUZZ_MANY_BYTES,
         }
@@ -327,7 +339,8 @@ struct Shared {
     cv: Condvar,
     rings: [[Ring; MAX_THREADS]; MAX_THREADS],
     model: Tally,
-    /// This input runs fork, misuse and out-of-memory children.
+    /// This input runs fork children; misuse and out-of-memory children.
+    forks_on: bool,
     children: bool,
     base: Mutex<Option<Stats>>,
     live_bytes: AtomicUsize,
@@ -370,17 +383,18 @@ pub struct Summary {
 
 /// Runs `input` under `cfg`: see the module comment. Panics on any failure.
 pub fn run(cfg: &Config, input: &[u8]) -> Summary {
-    let (threads, children, rest) = if cfg.threads == 0 {
+    let (threads, forks_on, children, rest) = if cfg.threads == 0 {
         match input.split_first() {
             Some((&b, rest)) => (
                 1 + b as usize % MAX_THREADS,
+                (b as usize / MAX_THREADS).is_multiple_of(cfg.forks_one_in),
                 (b as usize / MAX_THREADS).is_multiple_of(cfg.children_one_in),
                 rest,
             ),
             None => return Summary::default(),
         }
     } else {
-        (cfg.threads.min(MAX_THREADS), true, input)
+        (cfg.threads.min(MAX_THREADS), true, true, input)
     };
     mode();
     class_sizes();
@@ -397,6 +411,7 @@ pub fn run(cfg: &Config, input: &[u8]) -> Summary {
         cv: Condvar::new(),
         rings: [const { [const { Ring::new() }; MAX_THREADS] }; MAX_THREADS],
         model: Tally::new(),
+        forks_on,
         children,
         base: Mutex::new(None),
         live_bytes: AtomicUsize::new(0),
@@ -838,7 +853,7 @@ impl Actor<'_> {
             Op::Trim => slubmalloc::trim(),
             Op::Yield => thread::yield_now(),
             Op::Fork { seed } => {
-                if sh.children && sh.forks.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_forks {
+                if sh.forks_on && sh.forks.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_forks {
                     self.fork_child(sh, seed);
                 }
             }
