@@ -82,10 +82,9 @@ build() {
 
 if [ "${1:-}" = coverage ]; then
     # Replays every corpus under its run's mode into one profile per target
-    # and prints line coverage per file of src/. The coverage build runs
-    # the fork, misuse and out-of-memory children in every input
-    # (`ops_model::Config::fuzz`): a child's coverage never reaches the
-    # fuzzer, so the corpora hold few of the inputs that ran one.
+    # and prints line coverage per file of src/. A child's coverage never
+    # reaches the fuzzer, so the corpora hold inputs that ran one (one in 4
+    # forks, one in 16 the others) only by chance.
     sysroot=$(rustc "${tc[@]}" --print sysroot)
     profdata() { find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1; }
     if [ -z "$(profdata)" ]; then

@@ -292,20 +292,16 @@ pub struct Config {
 impl Config {
     /// The fuzz targets': the input picks the threads; one child of each
     /// kind per input at most, in one input of `FUZZ_FORKS_ONE_IN` and
-    /// `FUZZ_CHILDREN_ONE_IN`. In a coverage build (`ci/fuzz.sh coverage`,
-    /// which replays the corpora) in every input, so that the corpora's
-    /// coverage counts what the children reach in any of them.
-    #[allow(unexpected_cfgs)]
+    /// `FUZZ_CHILDREN_ONE_IN`.
     pub const fn fuzz(lockstep: bool) -> Config {
-        let coverage = cfg!(fuzz_coverage);
         Config {
             threads: 0,
             lockstep,
             max_forks: 1,
             max_misuses: 1,
             max_ooms: 1,
-            forks_one_in: if coverage { 1 } else { FUZZ_FORKS_ONE_IN },
-            children_one_in: if coverage { 1 } else { FUZZ_CHILDREN_ONE_IN },
+            forks_one_in: FUZZ_FORKS_ONE_IN,
+            children_one_in: FUZZ_CHILDREN_ONE_IN,
             max_live_bytes: FUZZ_LIVE_BYTES,
             max_many_bytes: FUZZ_MANY_BYTES,
         }
