@@ -58,6 +58,10 @@ fn random_ops_across_threads_keep_contents_and_exact_stats() {
             max_forks: 4,
             max_misuses: 4,
             max_ooms: 1,
+            forks_one_in: 1,
+            children_one_in: 1,
+            max_live_bytes: model::MAX_LIVE_BYTES,
+            max_many_bytes: usize::MAX,
         };
         let start = std::time::Instant::now();
         let s = model::run(&cfg, &input);

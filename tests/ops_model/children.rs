@@ -549,22 +549,22 @@ pub(super) fn oom_child(sh: &Shared, size: usize) {
         // SAFETY: `rl` is a valid rlimit.
         assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &rl) }, 0);
         let layout = |n| Layout::from_size_align(n, 16).unwrap();
-        let mut failed = false;
-        while big.len() < big.capacity() {
-            // SAFETY: non-zero size.
-            let p = unsafe { SlubMalloc.alloc(layout(1 << 20)) };
-            if p.is_null() {
-                failed = true;
-                break;
+        // 1 MiB blocks until one fails: the cached large mappings of 1 MiB
+        // and more are taken first, then the address space left.
+        let fill = |big: &mut Vec<*mut u8>| {
+            while big.len() < big.capacity() {
+                // SAFETY: non-zero size.
+                let p = unsafe { SlubMalloc.alloc(layout(1 << 20)) };
+                if p.is_null() {
+                    return;
+                }
+                // SAFETY: `p` is live: touch it.
+                unsafe { *p = 1 };
+                big.push(p);
             }
-            // SAFETY: `p` is live: touch it.
-            unsafe { *p = 1 };
-            big.push(p);
-        }
-        assert!(
-            failed,
-            "no 1 MiB allocation failed under a limit of {limit} B"
-        );
+            panic!("no 1 MiB allocation failed under a limit of {limit} B");
+        };
+        fill(&mut big);
         while many.len() < many.capacity() {
             // SAFETY: non-zero size.
             let p = unsafe { SlubMalloc.alloc(layout(small)) };
@@ -574,6 +574,13 @@ pub(super) fn oom_child(sh: &Shared, size: usize) {
             many.push(p);
         }
         if let Some(&p) = many.first() {
+            // The small blocks' slow paths purge when a deadline the parent
+            // set passes (the child has no purger thread): free segments
+            // and cached mappings are unmapped, address space under the
+            // limit again, as much as the trim bound kept. Taken again here,
+            // so that nothing but cached pieces under 1 MiB and less than
+            // 1 MiB of address space is left for the realloc.
+            fill(&mut big);
             // SAFETY: `p` is live; a realloc past the limit fails and keeps it.
             let q = unsafe { SlubMalloc.realloc(p, layout(small), 256 << 20) };
             assert!(q.is_null(), "a 256 MiB realloc succeeded under the limit");

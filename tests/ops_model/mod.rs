@@ -3,9 +3,10 @@
 //! a workspace of its own, and `tests/model` is the loom model): one decoder
 //! turns bytes into allocator operations, one executor runs them with
 //! content checks, and one runner drives one to four threads, either in
-//! lockstep (one operation at a time, in an order fixed by the input, so a
-//! fuzz input replays exactly) or all at once (real races: remote frees
-//! against refills and exits, contended node locks). The test feeds it bytes
+//! lockstep (one thread at a time, a turn lasting until its next `Yield`
+//! operation, in an order fixed by the input, so a fuzz input replays
+//! exactly) or all at once (real races: remote frees against refills and
+//! exits, contended node locks). The test feeds it bytes
 //! from a seeded `rand` generator, the fuzz targets feed it libFuzzer's input.
 //!
 //! What is checked:
@@ -66,9 +67,22 @@ pub use counts::*;
 pub const MAX_THREADS: usize = 4;
 /// Slots in each thread's table of live blocks.
 pub const SLOTS: usize = 4096;
-/// Requested bytes all threads together keep live; past it an allocation
-/// asks for a few KiB instead.
+/// `Config::max_live_bytes` of a long seeded run (`random_ops`), and of
+/// the fuzz targets, whose inputs are short and many: the pages an input
+/// faults in and the bytes it fills and checks are most of its time.
 pub const MAX_LIVE_BYTES: usize = 384 << 20;
+pub const FUZZ_LIVE_BYTES: usize = 64 << 20;
+/// `Config::max_many_bytes` of the fuzz targets: two blocks of 64 KiB, or
+/// all 1021 of up to 128 B (in debug mode every slot is poisoned and
+/// checked byte by byte, at its allocation and at its free).
+pub const FUZZ_MANY_BYTES: usize = 128 << 10;
+/// `Config::forks_one_in` and `children_one_in` of the fuzz targets: a
+/// child costs more than the rest of an input, the out-of-memory one most.
+/// A child's coverage never reaches the fuzzer, so corpora keep inputs with
+/// children only by chance: forks, whose repairs in the child run only when
+/// another thread held a lock, come more often.
+pub const FUZZ_FORKS_ONE_IN: usize = 4;
+pub const FUZZ_CHILDREN_ONE_IN: usize = 16;
 /// Blocks up to this size are filled and checked whole; above it, this many
 /// leading bytes, one word per `SAMPLE_BYTES` and the last `TAIL_BYTES`.
 const FULL_BYTES: usize = 32 << 10;
@@ -170,6 +184,7 @@ pub enum Op {
     Exit,
     /// A quiescent point: every thread stops and the statistics are checked.
     Check,
+    /// Lockstep: the turn passes to the next thread; else the thread yields.
     Yield,
     Fork {
         seed: u8,
@@ -254,17 +269,30 @@ pub fn decode(b: &mut Bytes) -> Option<Op> {
 pub struct Config {
     /// Threads (1..=MAX_THREADS); 0: the input's first byte picks.
     pub threads: usize,
-    /// One operation at a time, in turn (replayable), or all at once.
+    /// One thread at a time, each turn lasting until the thread's next
+    /// `Yield` (replayable), or all at once.
     pub lockstep: bool,
     /// At most this many fork, misuse and out-of-memory children per run.
     pub max_forks: usize,
     pub max_misuses: usize,
     pub max_ooms: usize,
+    /// Where the input picks the threads: fork children run in one input
+    /// of `forks_one_in`, misuse and out-of-memory children in one of
+    /// `children_one_in` (a multiple of it), as the first byte's upper bits
+    /// pick (a replay runs the same); 1: in every input.
+    pub forks_one_in: usize,
+    pub children_one_in: usize,
+    /// Requested bytes all threads together keep live; past it an
+    /// allocation asks for a few KiB instead.
+    pub max_live_bytes: usize,
+    /// Bytes one `AllocMany` asks for at most: fewer blocks of a big size.
+    pub max_many_bytes: usize,
 }
 
 impl Config {
     /// The fuzz targets': the input picks the threads; one child of each
-    /// kind per input at most.
+    /// kind per input at most, in one input of `FUZZ_FORKS_ONE_IN` and
+    /// `FUZZ_CHILDREN_ONE_IN`.
     pub const fn fuzz(lockstep: bool) -> Config {
         Config {
             threads: 0,
@@ -272,6 +300,10 @@ impl Config {
             max_forks: 1,
             max_misuses: 1,
             max_ooms: 1,
+            forks_one_in: FUZZ_FORKS_ONE_IN,
+            children_one_in: FUZZ_CHILDREN_ONE_IN,
+            max_live_bytes: FUZZ_LIVE_BYTES,
+            max_many_bytes: FUZZ_MANY_BYTES,
         }
     }
 }
@@ -303,6 +335,9 @@ struct Shared {
     cv: Condvar,
     rings: [[Ring; MAX_THREADS]; MAX_THREADS],
     model: Tally,
+    /// This input runs fork children; misuse and out-of-memory children.
+    forks_on: bool,
+    children: bool,
     base: Mutex<Option<Stats>>,
     live_bytes: AtomicUsize,
     forks: AtomicUsize,
@@ -344,13 +379,18 @@ pub struct Summary {
 
 /// Runs `input` under `cfg`: see the module comment. Panics on any failure.
 pub fn run(cfg: &Config, input: &[u8]) -> Summary {
-    let (threads, rest) = if cfg.threads == 0 {
+    let (threads, forks_on, children, rest) = if cfg.threads == 0 {
         match input.split_first() {
-            Some((&b, rest)) => (1 + b as usize % MAX_THREADS, rest),
+            Some((&b, rest)) => (
+                1 + b as usize % MAX_THREADS,
+                (b as usize / MAX_THREADS).is_multiple_of(cfg.forks_one_in),
+                (b as usize / MAX_THREADS).is_multiple_of(cfg.children_one_in),
+                rest,
+            ),
             None => return Summary::default(),
         }
     } else {
-        (cfg.threads.min(MAX_THREADS), input)
+        (cfg.threads.min(MAX_THREADS), true, true, input)
     };
     mode();
     class_sizes();
@@ -367,6 +407,8 @@ pub fn run(cfg: &Config, input: &[u8]) -> Summary {
         cv: Condvar::new(),
         rings: [const { [const { Ring::new() }; MAX_THREADS] }; MAX_THREADS],
         model: Tally::new(),
+        forks_on,
+        children,
         base: Mutex::new(None),
         live_bytes: AtomicUsize::new(0),
         forks: AtomicUsize::new(0),
@@ -580,7 +622,9 @@ fn worker<'a>(sh: &Shared, mut actor: Actor<'a>, first: bool) -> Actor<'a> {
             }
             op => actor.exec(sh, op),
         }
-        if sh.cfg.lockstep {
+        // A turn lasts until the thread yields, many operations: each pass
+        // wakes another thread and puts this one to sleep.
+        if sh.cfg.lockstep && matches!(op, Op::Yield) {
             let mut c = sh.lock();
             c.turn = next_turn(&c, sh.threads, me);
             sh.cv.notify_all();
@@ -696,7 +740,7 @@ impl Actor<'_> {
 
     /// A size within the live-bytes budget: past it, a few KiB at most.
     fn budget(&self, sh: &Shared, size: usize) -> usize {
-        if sh.live_bytes.load(Ordering::Relaxed) + size > MAX_LIVE_BYTES {
+        if sh.live_bytes.load(Ordering::Relaxed) + size > sh.cfg.max_live_bytes {
             1 + size % 4096
         } else {
             size
@@ -774,14 +818,19 @@ impl Actor<'_> {
                 size,
                 align,
             } => {
+                // Many blocks are for filling slabs: at most a little past
+                // the largest class, and at most `max_many_bytes` of slots
+                // in all (a block aligned past its size takes a slot of its
+                // alignment).
+                let size = size.min(2 * MAX_SMALL_BYTES);
+                let slot_bytes = size.max(align);
+                let count = count.min((sh.cfg.max_many_bytes / slot_bytes).max(1));
                 for k in 0..count {
                     let s = (slot + k) % SLOTS;
                     if let Some(old) = self.table[s].take() {
                         free_block(sh, old);
                     }
-                    // Many blocks are for filling slabs: at most a little
-                    // past the largest class.
-                    let size = self.budget(sh, size.min(2 * MAX_SMALL_BYTES));
+                    let size = self.budget(sh, size);
                     let key = self.key();
                     self.table[s] = Some(alloc_block(sh, size, align, false, key));
                 }
@@ -800,17 +849,17 @@ impl Actor<'_> {
             Op::Trim => slubmalloc::trim(),
             Op::Yield => thread::yield_now(),
             Op::Fork { seed } => {
-                if sh.forks.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_forks {
+                if sh.forks_on && sh.forks.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_forks {
                     self.fork_child(sh, seed);
                 }
             }
             Op::Misuse { kind, size } => {
-                if sh.misuses.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_misuses {
+                if sh.children && sh.misuses.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_misuses {
                     misuse(kind, size);
                 }
             }
             Op::Oom { size } => {
-                if sh.ooms.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_ooms {
+                if sh.children && sh.ooms.fetch_add(1, Ordering::Relaxed) < sh.cfg.max_ooms {
                     oom_child(sh, size);
                 }
             }
