@@ -13,7 +13,7 @@
 //! (`heap::REGISTRY_GENERATION`), written on the slow paths that create a
 //! thread's heap or end a thread.
 //!
-//! Layout version 2 (`ANCHOR_VERSION`): every field below, in this order,
+//! Layout version 3 (`ANCHOR_VERSION`): every field below, in this order,
 //! 64-bit addresses; the counters of a class heap in the order of
 //! `counters::Ev`; what the reader computes from them is `stats::build`'s
 //! arithmetic. Change any of that and the version changes with it, here and
@@ -33,7 +33,7 @@ use crate::sync::{AtomicPtr, AtomicU64};
 /// The first eight bytes of the anchor.
 pub const ANCHOR_MAGIC: [u8; 8] = *b"SLUBANCH";
 /// The layout of `Anchor` and of what it points to, as the reader must know it.
-pub const ANCHOR_VERSION: u32 = 2;
+pub const ANCHOR_VERSION: u32 = 3;
 
 /// Where the statistics live. Addresses are the process's own; offsets are
 /// bytes from the start of the struct named.
@@ -72,7 +72,8 @@ pub struct Anchor {
     /// `[Node; num_classes]`, `node_bytes` apart.
     node_bytes: u32,
     nodes: *const Node,
-    /// Offsets in a node: two `usize` gauges, then six `u64` counters.
+    /// Offsets in a node: two `usize` gauges, six `u64` counters, then
+    /// the `usize` gauge of FULL slabs.
     node_nr_partial: u32,
     node_free_objects: u32,
     node_added_head: u32,
@@ -81,11 +82,13 @@ pub struct Anchor {
     node_frees_listed: u32,
     node_slabs_new: u32,
     node_slabs_freed: u32,
+    node_full_slabs: u32,
     /// Process-wide `u64` counters: segments, large blocks, their bytes,
     /// their mappings' bytes, the large cache's bytes, its limit, its hits,
     /// background purges, purger starts, mmaps, purges, bytes purged,
-    /// medium blocks, their bytes, the sheaf budget the threads took.
-    globals: [*const AtomicU64; 15],
+    /// medium blocks, their bytes, the sheaf budget the threads took,
+    /// zero-size blocks.
+    globals: [*const AtomicU64; 16],
 }
 
 // SAFETY: the anchor is never written; its pointers name statics.
@@ -134,6 +137,7 @@ pub static ANCHOR: Anchor = Anchor {
     node_frees_listed: offset_of!(Node, frees_listed) as u32,
     node_slabs_new: offset_of!(Node, slabs_new) as u32,
     node_slabs_freed: offset_of!(Node, slabs_freed) as u32,
+    node_full_slabs: offset_of!(Node, full_slabs) as u32,
     globals: [
         global_field(offset_of!(Global, segments)),
         global_field(offset_of!(Global, large_blocks)),
@@ -150,12 +154,13 @@ pub static ANCHOR: Anchor = Anchor {
         global_field(offset_of!(Global, medium_blocks)),
         global_field(offset_of!(Global, medium_bytes)),
         global_field(offset_of!(Global, sheaf_budget_taken)),
+        global_field(offset_of!(Global, zero_size_blocks)),
     ],
 };
 
 // What the reader takes for granted: a counter block is `Ev::COUNT` u64s;
-// on 64-bit targets the anchor has no padding (slubtop's copy is 272 bytes)
-// and node gauges are 8 bytes.
+// on 64-bit targets the anchor is 288 bytes, 4 of them padding after the
+// node offsets, and node gauges are 8 bytes.
 const _: () = assert!(size_of::<Counters>() == Ev::COUNT * 8);
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<Anchor>() == 272);
+const _: () = assert!(size_of::<Anchor>() == 288);
