@@ -72,7 +72,8 @@ pub struct Anchor {
     /// `[Node; num_classes]`, `node_bytes` apart.
     node_bytes: u32,
     nodes: *const Node,
-    /// Offsets in a node: two `usize` gauges, then six `u64` counters.
+    /// Offsets in a node: two `usize` gauges, six `u64` counters, then
+    /// the `usize` gauge of FULL slabs.
     node_nr_partial: u32,
     node_free_objects: u32,
     node_added_head: u32,
@@ -81,10 +82,12 @@ pub struct Anchor {
     node_frees_listed: u32,
     node_slabs_new: u32,
     node_slabs_freed: u32,
+    node_full_slabs: u32,
     /// Process-wide `u64` counters: segments, large blocks, their bytes,
     /// their mappings' bytes, the large cache's bytes, its limit, its hits,
     /// background purges, purger starts, mmaps, purges, bytes purged,
-    /// medium blocks, their bytes, the sheaf budget the threads took.
+    /// medium blocks, their bytes, the sheaf budget the threads took,
+    /// zero-size blocks.
     globals: [*const AtomicU64; 16],
 }
 
@@ -134,6 +137,7 @@ pub static ANCHOR: Anchor = Anchor {
     node_frees_listed: offset_of!(Node, frees_listed) as u32,
     node_slabs_new: offset_of!(Node, slabs_new) as u32,
     node_slabs_freed: offset_of!(Node, slabs_freed) as u32,
+    node_full_slabs: offset_of!(Node, full_slabs) as u32,
     globals: [
         global_field(offset_of!(Global, segments)),
         global_field(offset_of!(Global, large_blocks)),
@@ -155,8 +159,8 @@ pub static ANCHOR: Anchor = Anchor {
 };
 
 // What the reader takes for granted: a counter block is `Ev::COUNT` u64s;
-// on 64-bit targets the anchor has no padding (slubtop's copy is 280 bytes)
-// and node gauges are 8 bytes.
+// on 64-bit targets the anchor is 288 bytes, 4 of them padding after the
+// node offsets, and node gauges are 8 bytes.
 const _: () = assert!(size_of::<Counters>() == Ev::COUNT * 8);
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<Anchor>() == 280);
+const _: () = assert!(size_of::<Anchor>() == 288);

@@ -41,10 +41,20 @@ pub enum Ev {
     SheafCapacity,
     /// Blocks flushed from the sheaf because its capacity shrank.
     SheafScavenged,
+    /// A gauge: 1 while this heap has an active slab of the class.
+    ActiveSlabs,
+    /// A gauge: slabs this thread pushed on their owners' `returned`
+    /// stacks (`Slab::give_back`), less those this heap took off its own.
+    ReturnedSlabs,
+    /// A gauge: slabs this thread made FULL (`Slab::try_make_full`), less
+    /// those it claimed (`Slab::try_claim_full`); for a side heap, its
+    /// slabs with no free block (`side_slabs`). Those made FULL and claimed
+    /// under a node lock count on the node (`Node::full_slabs`).
+    FullSlabs,
 }
 
 impl Ev {
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 21;
 }
 
 /// One thread's counters for one class. Single writer (the owning thread).
@@ -60,12 +70,18 @@ impl Counters {
     /// `add` to memory, with no lock prefix.
     #[inline(always)]
     pub fn add(&self, ev: Ev, n: u64) {
-        // Kept under the switch: a gauge, and the sheaves' demand signal
+        // Kept under the switch: the gauges, and the sheaves' demand signal
         // (`sheaf_budget`).
         if cfg!(slubmalloc_bench_no_counters)
             && !matches!(
                 ev,
-                Ev::ThreadPartial | Ev::AllocFast | Ev::SheafFromBarn | Ev::SheafCapacity
+                Ev::ThreadPartial
+                    | Ev::ActiveSlabs
+                    | Ev::ReturnedSlabs
+                    | Ev::FullSlabs
+                    | Ev::AllocFast
+                    | Ev::SheafFromBarn
+                    | Ev::SheafCapacity
             )
         {
             return;

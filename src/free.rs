@@ -54,6 +54,13 @@ impl Freer for ClassFreer<'_> {
         self.heap.classes[self.class].ev.add(Ev::FreeRemote, n);
     }
 
+    fn count_given_back(&self) {
+        let ev = &self.heap.classes[self.class].ev;
+        ev.inc(Ev::FreeRemote);
+        ev.sub(Ev::FullSlabs, 1);
+        ev.inc(Ev::ReturnedSlabs);
+    }
+
     fn returned(&self, tag: usize) -> &AtomicPtr<Slab> {
         // SAFETY: heaps are never unmapped (an exited one reads CLOSED);
         // `tag` is a heap's owner tag, its address.
@@ -140,6 +147,7 @@ const _: () = assert!(core::mem::size_of::<Slab>() > RUN_MASK && ADOPT_AFTER_FRE
 fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
     let node = &NODES[class];
     let _g = node.lock.guard();
+    node.count_claimed();
     if heap.is_warm(class) {
         heap.classes[class].ev.inc(Ev::FreeRemote);
     } else {
@@ -148,11 +156,12 @@ fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
     release(heap, class, slab, ptr::null_mut());
 }
 
-/// A slab we just adopted with a free joins our partial list; if that list
-/// is full, its slabs go to the node list first, in one lock hold.
+/// A slab we just claimed from FULL with a free joins our partial list; if
+/// that list is full, its slabs go to the node list first, in one lock hold.
 fn adopt(heap: &Heap, class: usize, slab: &Slab) {
     heap.warm_up(class);
     slab.adopt(owner_tag(heap));
+    heap.classes[class].ev.sub(Ev::FullSlabs, 1);
     trim_partials(heap, class, MAX_THREAD_PARTIAL - 1);
     keep_partial(heap, class, slab);
 }

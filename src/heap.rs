@@ -173,6 +173,17 @@ impl ClassHeap {
         self.ev.add(Ev::ThreadPartial, 1);
     }
 
+    /// Makes `slab` the active slab (null: none), counted in
+    /// `Ev::ActiveSlabs`; returns the one it replaces. The slow paths'
+    /// (the fast paths never change the active slab).
+    pub fn set_active(&self, slab: *mut Slab) -> *mut Slab {
+        let old = self.active.replace(slab);
+        let now = !slab.is_null() as u64;
+        self.ev
+            .add(Ev::ActiveSlabs, now.wrapping_sub(!old.is_null() as u64));
+        old
+    }
+
     /// Takes the head of the partial list.
     pub fn pop_partial(&self) -> *mut Slab {
         let p = self.partial.first();
@@ -502,21 +513,39 @@ pub fn sum_counters(out: &mut [[u64; Ev::COUNT]; NUM_CLASSES], wait: LockWait) -
     threads
 }
 
-/// Per class: free objects on heaps' detached lists, thread partial slabs,
-/// and blocks in sheaves. Verification walk only; other threads must be
-/// quiescent.
-pub fn walk_heaps(
-    detached: &mut [u64; NUM_CLASSES],
-    thread_partial: &mut [u64; NUM_CLASSES],
-    sheaves: &mut [u64; NUM_CLASSES],
-) {
+/// What the verification walk counts in the heaps, per class.
+pub struct WalkedHeaps {
+    /// Free objects on heaps' detached lists.
+    pub detached: [u64; NUM_CLASSES],
+    /// Slabs on thread partial lists.
+    pub thread_partial: [u64; NUM_CLASSES],
+    /// Blocks in sheaves.
+    pub sheaves: [u64; NUM_CLASSES],
+    /// Active slabs.
+    pub active: [u64; NUM_CLASSES],
+    /// Slabs on `returned` stacks.
+    pub returned: [u64; NUM_CLASSES],
+}
+
+/// Counts into `w` what the live heaps and the orphan heap hold.
+/// Verification walk only; other threads must be quiescent.
+pub fn walk_heaps(w: &mut WalkedHeaps) {
     REGISTRY.with(|r| {
         let mut visit = |h: &Heap| {
             for (class, c) in h.classes.iter().enumerate() {
                 let bound = (SLAB_BYTES / CLASS_BYTES[class] as usize) as u32;
-                detached[class] += freelist::list_len(c.detached.get(), bound) as u64;
-                thread_partial[class] += c.partial.iter().count() as u64;
-                sheaves[class] += c.sheaf().len() as u64;
+                w.detached[class] += freelist::list_len(c.detached.get(), bound) as u64;
+                w.thread_partial[class] += c.partial.iter().count() as u64;
+                w.sheaves[class] += c.sheaf().len() as u64;
+                w.active[class] += !c.active.get().is_null() as u64;
+                // Acquire: the pushers' links (Release CAS in `give_back`).
+                let mut p = c.returned.load(Ordering::Acquire);
+                while !p.is_null() && p != crate::slab::CLOSED {
+                    w.returned[class] += 1;
+                    // SAFETY: slabs on a returned stack are live; the
+                    // threads are quiescent.
+                    p = unsafe { (*p).next.get() };
+                }
             }
         };
         visit(orphan_heap());

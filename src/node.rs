@@ -72,6 +72,12 @@ pub struct Node {
     /// read by `stats()` without it.
     pub nr_partial: AtomicUsize,
     pub free_objects: AtomicUsize,
+    /// A gauge of FULL slabs of the class, for the statistics: those made
+    /// FULL under the lock (`make_full`), less those claimed under it
+    /// (`count_claimed`); the lock-free transitions count in the heaps'
+    /// `Ev::FullSlabs`, so only the sum is every FULL slab. Written under
+    /// the lock, read without it.
+    pub full_slabs: AtomicUsize,
     /// Placement decisions, for the statistics.
     pub added_head: AtomicU64,
     pub added_tail: AtomicU64,
@@ -128,6 +134,7 @@ macro_rules! new_node {
             slabs: List::new(),
             nr_partial: AtomicUsize::new(0),
             free_objects: AtomicUsize::new(0),
+            full_slabs: AtomicUsize::new(0),
             added_head: AtomicU64::new(0),
             added_tail: AtomicU64::new(0),
             allocs_listed: AtomicU64::new(0),
@@ -189,9 +196,24 @@ impl Node {
         count(&self.allocs_listed);
         if slab.inuse.get() == slab.objects.get() {
             self.remove(slab);
-            slab.make_full_from_listed();
+            self.make_full(slab);
         }
         (p, fresh)
+    }
+
+    /// LISTED -> FULL for a slab handed over with nothing free, unlinked
+    /// (`Slab::make_full_from_listed`), counted. Lock held.
+    pub fn make_full(&self, slab: &Slab) {
+        self.lock.assert_held();
+        slab.make_full_from_listed();
+        bump(&self.full_slabs, 1);
+    }
+
+    /// Counts a FULL slab claimed by a free (`Slab::try_claim_full`) that
+    /// is handed on under the lock (`free::list_claimed`). Lock held.
+    pub fn count_claimed(&self) {
+        self.lock.assert_held();
+        bump(&self.full_slabs, -1);
     }
 
     /// Links `slab` in at `end` and counts it. Lock held.
@@ -302,9 +324,12 @@ impl Node {
 pub trait Freer {
     /// The heap's owner tag (`Slab::owner`).
     fn tag(&self) -> usize;
-    /// Counts `n` frees that went onto their slab's remote list, or with a
-    /// claimed slab back to the heap that filled it.
+    /// Counts `n` frees that went onto their slab's remote list.
     fn count_remote(&self, n: u64);
+    /// Counts a free that claimed a FULL slab and handed it back to the
+    /// heap that filled it (`Slab::give_back`): the free, and the slab
+    /// gone from FULL onto that heap's `returned` stack.
+    fn count_given_back(&self);
     /// The `returned` stack of the heap whose owner tag is `tag`, a slab's
     /// last owner (a heap is never unmapped; an exited one's stack is
     /// `CLOSED`).
@@ -363,7 +388,7 @@ impl Node {
                     && last != heap.tag()
                     && slab.give_back(last, heap.returned(last))
                 {
-                    return heap.count_remote(1);
+                    return heap.count_given_back();
                 }
                 return heap.keep_claimed(slab);
             }
@@ -461,7 +486,7 @@ pub fn rebuild_in_child() {
             let free = list_len(slab.local_free.get(), slab.objects.get()) + slab.uncarved();
             slab.inuse.set(slab.objects.get() - free);
             if free == 0 {
-                slab.make_full_from_listed();
+                NODES[class].make_full(slab);
             } else {
                 NODES[class].link(slab, End::Tail);
             }
@@ -607,6 +632,7 @@ mod tests {
                     "the slab is still listed"
                 );
                 assert_eq!(node.free_objects.load(Ordering::Relaxed), 0);
+                assert_eq!(node.full_slabs.load(Ordering::Relaxed), 1);
             })
             .is_ok();
             // SAFETY: ends the child without the parent's exit handlers.

@@ -177,12 +177,13 @@ fn refill(heap: &Heap, class: usize) -> bool {
             if !a.try_make_full(owner_tag(heap)) {
                 continue; // a remote free arrived meanwhile
             }
-            c.active.set(ptr::null_mut());
+            c.ev.inc(Ev::FullSlabs);
+            c.set_active(ptr::null_mut());
         }
         taken = true;
         let p = c.pop_partial();
         if !p.is_null() {
-            c.active.set(p);
+            c.set_active(p);
             c.ev.inc(Ev::RefillPartial);
             continue;
         }
@@ -206,7 +207,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
         // SAFETY: a free slab from the segment lock is ours alone.
         unsafe { (*s).init(class, owner_tag(heap)) };
         c.ev.inc(Ev::SlabsNew);
-        c.active.set(s);
+        c.set_active(s);
     }
 }
 
@@ -282,7 +283,7 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
         node.take(slab, owner_tag(heap));
         gathered += slab.objects.get() - slab.inuse.get();
         if !got {
-            c.active.set(s);
+            c.set_active(s);
             got = true;
         } else {
             c.push_partial(slab, End::Head);
@@ -307,6 +308,7 @@ fn take_returned(heap: &Heap, class: usize) -> bool {
         // SAFETY: slabs on our returned stack are live and ours.
         let slab = unsafe { &*p };
         p = slab.next.get();
+        c.ev.sub(Ev::ReturnedSlabs, 1);
         keep_partial(heap, class, slab);
     }
     trim_partials(heap, class, MAX_THREAD_PARTIAL);

@@ -89,7 +89,7 @@ pub fn release(heap: &Heap, class: usize, slab: &Slab, detached: *mut u8) {
     let node = &NODES[class];
     let (free, remote) = slab.list_with(detached);
     if free == 0 {
-        slab.make_full_from_listed();
+        node.make_full(slab);
     } else if free == slab.objects.get()
         && node.should_discard_empty(slab.objects.get(), Emptied::ByItsOwner)
     {
@@ -111,7 +111,7 @@ pub fn retire_active_if_empty(heap: &Heap, k: usize) {
         return;
     }
     let _g = NODES[k].lock.guard();
-    c.active.set(ptr::null_mut());
+    c.set_active(ptr::null_mut());
     // SAFETY: as above.
     release(heap, k, unsafe { &*a }, c.detached.replace(ptr::null_mut()));
     // With it, the class's empty slab that its node list kept.
@@ -147,13 +147,14 @@ pub fn release_all(heap: &Heap, goes: ThreadGoes) {
             // SAFETY: slabs on our returned stack are live and ours.
             let slab = unsafe { &*r };
             r = slab.next.get();
+            c.ev.sub(Ev::ReturnedSlabs, 1);
             c.push_partial(slab, End::Tail);
         }
         if c.active.get().is_null() && c.partial.is_empty() {
             continue;
         }
         let _g = NODES[class].lock.guard();
-        let a = c.active.replace(ptr::null_mut());
+        let a = c.set_active(ptr::null_mut());
         if !a.is_null() {
             // SAFETY: our active slab is live and ours.
             release(

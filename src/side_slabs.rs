@@ -21,7 +21,8 @@
 //! slab taken), or at a trim (`give_back_empty`). The lists count as a
 //! thread heap's partial lists in the statistics (`Ev::ThreadPartial`), and
 //! the verification walk counts them (`heap::walk_heaps` the orphan heap's,
-//! `count_listed` the profile's).
+//! `count_listed` the profile's); a slab with no free block, on no list,
+//! counts as a FULL one (`Ev::FullSlabs`, `walk::is_side_full`).
 
 use crate::counters::Ev;
 use crate::freelist::{corrupted_link, get_next, link_is_sane};
@@ -145,6 +146,7 @@ impl SideHeap {
         }
         if slab.inuse.get() == slab.objects.get() {
             c.unlink_partial(slab);
+            c.ev.inc(Ev::FullSlabs);
         }
         c.ev.inc(Ev::AllocSlow);
         (p, fresh)
@@ -162,6 +164,9 @@ impl SideHeap {
         c.ev.inc(Ev::FreeSlow);
         if slab.on_partial.get() {
             c.unlink_partial(slab);
+        } else {
+            // It had no free block: on no list, counted as full.
+            c.ev.sub(Ev::FullSlabs, 1);
         }
         if emptied && !c.partial.is_empty() {
             return discard(c, slab);

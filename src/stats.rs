@@ -75,8 +75,18 @@ stat_fields! {
     slabs: Some(("slabs", 6));
     /// Thread partial slabs plus node partial slabs.
     partial_slabs: None;
-    /// Slabs on threads' partial lists.
+    /// Threads' active slabs (one per class heap at most). These, the
+    /// thread partial, returned, FULL and node partial slabs are `slabs`.
+    active_slabs: Some(("act", 5));
+    /// Slabs on threads' partial lists (and the side heaps' lists of slabs
+    /// with a free block: debug mode's, the heap profile's).
     thread_partial_slabs: Some(("tpart", 5));
+    /// Slabs handed back to the threads that filled them by other threads'
+    /// frees, waiting on their `returned` stacks for their owners' refills.
+    returned_slabs: Some(("ret", 5));
+    /// FULL slabs: no free block and no owner, until a free claims one
+    /// (and the side heaps' slabs with no free block).
+    full_slabs: Some(("full", 5));
     /// Slabs on the node partial list.
     node_partial_slabs: Some(("npart", 5));
     /// Free objects on the node partial list, kept as slabs enter and leave it.
@@ -245,7 +255,11 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.slabs_freed = e(Ev::SlabsFreed) + on_node(&node.slabs_freed);
         c.slabs = c.slabs_allocated.wrapping_sub(c.slabs_freed);
         c.objects_total = c.slabs * c.objects_per_slab;
+        c.active_slabs = e(Ev::ActiveSlabs);
         c.thread_partial_slabs = e(Ev::ThreadPartial);
+        c.returned_slabs = e(Ev::ReturnedSlabs);
+        c.full_slabs =
+            e(Ev::FullSlabs).wrapping_add(node.full_slabs.load(Ordering::Relaxed) as u64);
         c.node_partial_slabs = node.nr_partial.load(Ordering::Relaxed) as u64;
         c.partial_slabs = c.thread_partial_slabs + c.node_partial_slabs;
         c.partial_free_objects = node.free_objects.load(Ordering::Relaxed) as u64;

@@ -15,8 +15,8 @@ use crate::node::NODES;
 use crate::os;
 use crate::segment;
 use crate::side_slabs::SideHeap;
-use crate::size_class::NUM_CLASSES;
-use crate::slab;
+use crate::size_class::{NO_SHEAF_OFFSET, NUM_CLASSES};
+use crate::slab::{self, State};
 use crate::stats;
 use crate::sync::Ordering;
 use crate::sys;
@@ -33,8 +33,14 @@ pub struct WalkedCache {
     pub barn_objects: u64,
     /// Slabs in use in the segments.
     pub slabs: u64,
+    /// Threads' active slabs.
+    pub active_slabs: u64,
     /// Slabs on threads' partial lists.
     pub thread_partial_slabs: u64,
+    /// Slabs on threads' `returned` stacks.
+    pub returned_slabs: u64,
+    /// FULL slabs, and side heaps' slabs with no free block.
+    pub full_slabs: u64,
     /// Slabs on the node list.
     pub node_partial_slabs: u64,
     /// Free objects (listed and uncarved) on node-listed slabs.
@@ -63,8 +69,14 @@ pub fn walk() -> Walk {
     // The heap profile's slabs are listed as a thread heap's partial slabs
     // (the orphan heap's are counted with the heaps): counted first, under
     // the profile's lock, which is never held with the orphan heap's.
-    let mut thread_partial = [0u64; NUM_CLASSES];
-    SideHeap::Profile.count_listed(&mut thread_partial);
+    let mut heaps = heap::WalkedHeaps {
+        detached: [0; NUM_CLASSES],
+        thread_partial: [0; NUM_CLASSES],
+        sheaves: [0; NUM_CLASSES],
+        active: [0; NUM_CLASSES],
+        returned: [0; NUM_CLASSES],
+    };
+    SideHeap::Profile.count_listed(&mut heaps.thread_partial);
     // The background purger flushes the barns through the orphan heap under
     // this lock: a walk between its take of a sheaf from a barn and the
     // sheaf's last block on its slab would count that block neither in the
@@ -72,13 +84,13 @@ pub fn walk() -> Walk {
     // it). Taken first: it comes before the node locks.
     let _purger = heap::ORPHAN_LOCK.guard();
     let mut caches = [WalkedCache::default(); NUM_CLASSES];
-    let mut detached = [0u64; NUM_CLASSES];
-    let mut sheaves = [0u64; NUM_CLASSES];
-    heap::walk_heaps(&mut detached, &mut thread_partial, &mut sheaves);
+    heap::walk_heaps(&mut heaps);
     for (class, node) in NODES.iter().enumerate() {
         let _g = node.lock.guard();
         let w = &mut caches[class];
-        w.thread_partial_slabs = thread_partial[class];
+        w.active_slabs = heaps.active[class];
+        w.thread_partial_slabs = heaps.thread_partial[class];
+        w.returned_slabs = heaps.returned[class];
         node.for_each(|s| {
             w.node_partial_slabs += 1;
             let free = freelist::list_len(s.local_free.get(), s.objects.get()) + s.uncarved();
@@ -103,6 +115,7 @@ pub fn walk() -> Walk {
             + freelist::list_len(remote, bound)
             + s.uncarved();
         caches[class].slabs += 1;
+        caches[class].full_slabs += (s.state() == State::Full || is_side_full(s)) as u64;
         caches[class].objects_in_use += bound as u64;
         free_on_slabs[class] += free as u64;
     });
@@ -112,10 +125,10 @@ pub fn walk() -> Walk {
         // block twice (in its sheaf, then in the barn the full sheaf went
         // to); only a walk the statistics did not move across is compared
         // (`check_stats`), and no walk may panic.
-        caches[class].objects_in_use = caches[class]
-            .objects_in_use
-            .wrapping_sub(free_on_slabs[class] + detached[class] + sheaves[class] + barn);
-        caches[class].sheaf_objects = sheaves[class];
+        caches[class].objects_in_use = caches[class].objects_in_use.wrapping_sub(
+            free_on_slabs[class] + heaps.detached[class] + heaps.sheaves[class] + barn,
+        );
+        caches[class].sheaf_objects = heaps.sheaves[class];
         caches[class].barn_objects = barn;
     }
     let (medium_blocks, medium_bytes) = segment::walk_spans();
@@ -126,6 +139,15 @@ pub fn walk() -> Walk {
         medium_bytes,
         zero_size_blocks,
     }
+}
+
+/// Whether `s` is a side heap's slab with no free block, on no list
+/// (`side_slabs`): counted with the FULL slabs.
+fn is_side_full(s: &slab::Slab) -> bool {
+    s.state() == State::Owned
+        && s.heap_offset.get() as usize == NO_SHEAF_OFFSET
+        && !s.on_partial.get()
+        && (SideHeap::Debug.owns(s) || SideHeap::Profile.owns(s))
 }
 
 /// Compares `walk()` with `stats()` class by class; writes each mismatch to
@@ -161,7 +183,10 @@ fn report_mismatches(s: &stats::Stats, w: &Walk) -> usize {
             sheaf_objects: c.sheaf_objects,
             barn_objects: c.barn_objects,
             slabs: c.slabs,
+            active_slabs: c.active_slabs,
             thread_partial_slabs: c.thread_partial_slabs,
+            returned_slabs: c.returned_slabs,
+            full_slabs: c.full_slabs,
             node_partial_slabs: c.node_partial_slabs,
             partial_free_objects: c.partial_free_objects,
             inuse_mismatches: 0,

@@ -15,7 +15,7 @@ use crate::target::{Error, Found, Target};
 /// The anchor layout this slubtop reads (`ANCHOR_VERSION` in src/anchor.rs).
 pub const ANCHOR_VERSION: u32 = 3;
 const ANCHOR_MAGIC: &[u8; 8] = b"SLUBANCH";
-const ANCHOR_BYTES: usize = 280;
+const ANCHOR_BYTES: usize = 288;
 /// Tries before giving up on a snapshot.
 pub const TRIES: u32 = 1000;
 
@@ -40,8 +40,11 @@ enum Ev {
     SheafFromBarn,
     SheafCapacity,
     SheafScavenged,
+    ActiveSlabs,
+    ReturnedSlabs,
+    FullSlabs,
 }
-const EVENTS: usize = 18;
+const EVENTS: usize = 21;
 
 /// The anchor, as version 1 lays it out (src/anchor.rs).
 #[derive(Debug, Default)]
@@ -64,8 +67,8 @@ struct Anchor {
     node_bytes: u64,
     nodes: u64,
     /// nr_partial, free_objects, added_head, added_tail, allocs_listed,
-    /// frees_listed, slabs_new, slabs_freed.
-    node_fields: [u64; 8],
+    /// frees_listed, slabs_new, slabs_freed, full_slabs.
+    node_fields: [u64; 9],
     /// segments, large_blocks, large_bytes, large_mapped, large_cached,
     /// large_cache_limit, large_cache_hits, background_purges,
     /// purger_starts, mmaps, purges, purged_bytes, medium_blocks,
@@ -138,14 +141,14 @@ impl Anchor {
             *f = u32_at(b, 120 + 4 * i);
         }
         for (i, g) in a.globals.iter_mut().enumerate() {
-            *g = u64_at(b, 152 + 8 * i);
+            *g = u64_at(b, 160 + 8 * i);
         }
         Ok(a)
     }
 }
 
 /// One size class, the fields of the in-process `CacheStats` in its order.
-pub const CACHE_FIELDS: [&str; 28] = [
+pub const CACHE_FIELDS: [&str; 31] = [
     "object_size",
     "objects_per_slab",
     "objects_in_use",
@@ -156,7 +159,10 @@ pub const CACHE_FIELDS: [&str; 28] = [
     "objects_total",
     "slabs",
     "partial_slabs",
+    "active_slabs",
     "thread_partial_slabs",
+    "returned_slabs",
+    "full_slabs",
     "node_partial_slabs",
     "partial_free_objects",
     "alloc_sheaf",
@@ -207,16 +213,16 @@ pub mod field {
     pub const TOTAL: usize = 7;
     pub const SLABS: usize = 8;
     pub const PARTIAL_SLABS: usize = 9;
-    pub const THREAD_PARTIAL: usize = 10;
-    pub const PARTIAL_FREE: usize = 12;
-    pub const ALLOC_SHEAF: usize = 13;
-    pub const FREE_SHEAF: usize = 14;
-    pub const FLUSHED: usize = 15;
-    pub const ALLOC_FAST: usize = 16;
-    pub const ALLOC_SLOW: usize = 17;
-    pub const FREE_FAST: usize = 18;
-    pub const FREE_SLOW: usize = 19;
-    pub const FREE_REMOTE: usize = 20;
+    pub const THREAD_PARTIAL: usize = 11;
+    pub const PARTIAL_FREE: usize = 15;
+    pub const ALLOC_SHEAF: usize = 16;
+    pub const FREE_SHEAF: usize = 17;
+    pub const FLUSHED: usize = 18;
+    pub const ALLOC_FAST: usize = 19;
+    pub const ALLOC_SLOW: usize = 20;
+    pub const FREE_FAST: usize = 21;
+    pub const FREE_SLOW: usize = 22;
+    pub const FREE_REMOTE: usize = 23;
 }
 
 /// Indices into the totals.
@@ -237,7 +243,7 @@ pub mod total {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
-    pub caches: Vec<[u64; 28]>,
+    pub caches: Vec<[u64; 31]>,
     pub totals: [u64; 20],
     /// Tries it took.
     pub tries: u32,
@@ -245,7 +251,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Whether the class has ever been used (`CacheStats::in_use`).
-    pub fn class_used(c: &[u64; 28]) -> bool {
+    pub fn class_used(c: &[u64; 31]) -> bool {
         c[field::SLABS] > 0
             || c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW] > 0
     }
@@ -270,8 +276,8 @@ pub struct Reader {
 /// What one try read, before the sums.
 struct Raw {
     sums: Vec<[u64; EVENTS]>,
-    /// Per class, the node's eight fields.
-    nodes: Vec<[u64; 8]>,
+    /// Per class, the node's nine fields.
+    nodes: Vec<[u64; 9]>,
     globals: [u64; 16],
     alive: u64,
     exited: u64,
@@ -464,7 +470,7 @@ impl Reader {
         let mut bytes_in_use = 0u64;
         for (class, (e, n)) in raw.sums.iter().zip(&raw.nodes).enumerate() {
             let e = |ev: Ev| e[ev as usize];
-            let [nr_partial, free_objects, added_head, added_tail, allocs_listed, frees_listed, slabs_new, slabs_freed] =
+            let [nr_partial, free_objects, added_head, added_tail, allocs_listed, frees_listed, slabs_new, slabs_freed, node_full] =
                 *n;
             let object_size = self.class_bytes[class] as u64;
             let per_slab = self.anchor.slab_bytes / object_size.max(1);
@@ -502,7 +508,10 @@ impl Reader {
                 slabs.wrapping_mul(per_slab),
                 slabs,
                 thread_partial.wrapping_add(nr_partial),
+                e(Ev::ActiveSlabs),
                 thread_partial,
+                e(Ev::ReturnedSlabs),
+                e(Ev::FullSlabs).wrapping_add(node_full),
                 nr_partial,
                 free_objects,
                 alloc_sheaf,

@@ -83,17 +83,17 @@ pub fn human(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
-fn allocs(c: &[u64; 28]) -> u64 {
+fn allocs(c: &[u64; 31]) -> u64 {
     c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW]
 }
 
-fn frees(c: &[u64; 28]) -> u64 {
+fn frees(c: &[u64; 31]) -> u64 {
     (c[field::FREE_SHEAF] + c[field::FREE_FAST] + c[field::FREE_SLOW] + c[field::FREE_REMOTE])
         .wrapping_sub(c[field::FLUSHED])
 }
 
 /// Free slots as a percentage of the slots.
-fn frag(c: &[u64; 28]) -> f64 {
+fn frag(c: &[u64; 31]) -> f64 {
     if c[field::TOTAL] == 0 {
         0.0
     } else {
@@ -139,7 +139,7 @@ pub fn live_screen(
         t[total::THREADS_ALIVE],
         t[total::THREADS_EXITED],
     );
-    let rate = |class: usize, f: &dyn Fn(&[u64; 28]) -> u64| {
+    let rate = |class: usize, f: &dyn Fn(&[u64; 31]) -> u64| {
         previous
             .map(|(p, secs)| f(&now.caches[class]).wrapping_sub(f(&p.caches[class])) as f64 / secs)
     };
@@ -264,7 +264,7 @@ fn fields(s: &mut String, names: &[&str], values: &[u64]) {
 /// The in-process text report's table (`Display for Stats`): its columns,
 /// widths and totals line, under a title naming the process.
 pub fn text(pid: i32, snap: &Snapshot) -> String {
-    const COLUMNS: [Option<(&str, usize)>; 28] = [
+    const COLUMNS: [Option<(&str, usize)>; 31] = [
         Some(("size", 6)),
         None,
         Some(("in_use", 10)),
@@ -275,7 +275,10 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         Some(("total", 10)),
         Some(("slabs", 6)),
         None,
+        Some(("act", 5)),
         Some(("tpart", 5)),
+        Some(("ret", 5)),
+        Some(("full", 5)),
         Some(("npart", 5)),
         Some(("partfree", 8)),
         Some(("al_sheaf", 11)),

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { CLASSES = 64, EVENTS = 18, CLASS_HEAP = 512 };
+enum { CLASSES = 64, EVENTS = 21, CLASS_HEAP = 512 };
 
 struct registry {
     void *live;
@@ -40,11 +40,11 @@ struct anchor {
     void **orphan_heap, **prof_heap;
     uint32_t heap_next, class_heap_bytes, class_heap_counters, node_bytes;
     void *nodes;
-    uint32_t node_fields[8];
+    uint32_t node_fields[9];
     uint64_t *globals[16];
 };
 
-_Static_assert(sizeof(struct anchor) == 280, "version 3 is 280 bytes");
+_Static_assert(sizeof(struct anchor) == 288, "version 3 is 288 bytes");
 
 static uint32_t class_bytes[CLASSES];
 static _Atomic uint64_t generation;
@@ -57,7 +57,7 @@ static uint64_t nodes[CLASSES * 10];
 static uint64_t zero;
 
 __attribute__((used)) struct anchor slubmalloc_anchor = {
-    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 3, 280, CLASSES, EVENTS,
+    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 3, 288, CLASSES, EVENTS,
     65536, 4 << 20,
     class_bytes, &generation, &registry,
     __builtin_offsetof(struct registry, live), __builtin_offsetof(struct registry, retired),
@@ -65,7 +65,7 @@ __attribute__((used)) struct anchor slubmalloc_anchor = {
     &orphan, &prof,
     (CLASSES + 1) * CLASS_HEAP, CLASS_HEAP, 0, 80,
     nodes,
-    {0, 8, 16, 24, 32, 40, 48, 56},
+    {0, 8, 16, 24, 32, 40, 48, 56, 64},
     {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero},
 };
 

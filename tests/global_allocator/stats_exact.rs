@@ -36,6 +36,12 @@ fn assert_walk_agrees() {
             c.thread_partial_slabs, w.thread_partial_slabs,
             "class {i} thread partial slabs"
         );
+        assert_eq!(c.active_slabs, w.active_slabs, "class {i} active slabs");
+        assert_eq!(
+            c.returned_slabs, w.returned_slabs,
+            "class {i} returned slabs"
+        );
+        assert_eq!(c.full_slabs, w.full_slabs, "class {i} full slabs");
         assert_eq!(
             c.partial_free_objects, w.partial_free_objects,
             "class {i} partial free objects"
@@ -46,8 +52,117 @@ fn assert_walk_agrees() {
         );
         assert_eq!(c.objects_total, c.slabs * c.objects_per_slab);
     }
+    assert_holdings_add_up(&kept);
     assert_eq!(kept.totals.large_blocks, walked.large_blocks);
     assert_eq!(slubmalloc::check_stats(), 0);
+}
+
+/// Every slab of a class is held by exactly one of: a thread as its active
+/// slab, a thread partial list, a `returned` stack, no one (FULL), the node
+/// list.
+fn assert_holdings_add_up(s: &slubmalloc::Stats) {
+    for c in s.caches() {
+        assert_eq!(
+            c.active_slabs
+                + c.thread_partial_slabs
+                + c.returned_slabs
+                + c.full_slabs
+                + c.node_partial_slabs,
+            c.slabs,
+            "{} B: the slabs held do not add up: {c:?}",
+            c.object_size
+        );
+    }
+}
+
+/// A snapshot during which the counters did not move (the harness's own
+/// thread may allocate while it reports the previous test).
+fn quiet_stats() -> slubmalloc::Stats {
+    (0..1000)
+        .find_map(|_| {
+            let before = slubmalloc::stats();
+            let after = slubmalloc::stats();
+            let quiet = before.caches().eq(after.caches());
+            if !quiet {
+                std::thread::yield_now();
+            }
+            quiet.then_some(before)
+        })
+        .expect("the counters never stood still")
+}
+
+/// What threads hold against the node adds up to the class's slabs at
+/// every quiet point of a workload that fills slabs in one thread and
+/// frees their blocks in another: the filler's active slab and FULL slabs,
+/// the slabs the other thread's frees claimed and handed back onto the
+/// filler's `returned` stack, then taken by its refill; and each holding
+/// agrees with the walk.
+#[test]
+fn slabs_held_by_threads_and_the_node_add_up_to_the_slabs() {
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    const SIZE: usize = 256;
+    let blocks = 40 * 65536 / SIZE;
+    let class = |s: &slubmalloc::Stats| *s.cache_for_size(SIZE).unwrap();
+    let (to_main, from_filler) = std::sync::mpsc::channel::<Vec<Box<[u8]>>>();
+    let (to_filler, from_main) = std::sync::mpsc::channel::<()>();
+    let filler = thread::spawn(move || {
+        let filled: Vec<Box<[u8]>> = (0..blocks)
+            .map(|i| vec![i as u8; SIZE].into_boxed_slice())
+            .collect();
+        to_main.send(filled).unwrap();
+        // Parked while the others free into its slabs and the test looks.
+        from_main.recv().unwrap();
+        // More of the class: the refill takes the slabs handed back.
+        let more: Vec<Box<[u8]>> = (0..blocks)
+            .map(|i| vec![i as u8; SIZE].into_boxed_slice())
+            .collect();
+        to_main.send(more).unwrap();
+        from_main.recv().unwrap();
+    });
+    let mut filled = from_filler.recv().unwrap();
+    let s = quiet_stats();
+    assert_holdings_add_up(&s);
+    let c = class(&s);
+    assert!(c.active_slabs >= 1 && c.full_slabs >= 20, "{c:?}");
+    assert_walk_agrees();
+    // Another thread frees every fourth block of the first half: each
+    // FULL slab it frees into is claimed and handed back to the filler.
+    let half: Vec<Box<[u8]>> = filled.drain(..blocks / 2).collect();
+    thread::spawn(move || {
+        let mut half = half;
+        let mut i = 0;
+        half.retain(|_| {
+            i += 1;
+            i % 4 != 0
+        });
+        half
+    })
+    .join()
+    .map(|kept| filled.extend(kept))
+    .unwrap();
+    let s = quiet_stats();
+    assert_holdings_add_up(&s);
+    let c = class(&s);
+    assert!(c.returned_slabs >= 10 && c.full_slabs >= 10, "{c:?}");
+    assert_walk_agrees();
+    to_filler.send(()).unwrap();
+    let more = from_filler.recv().unwrap();
+    let s = quiet_stats();
+    assert_holdings_add_up(&s);
+    assert_eq!(class(&s).returned_slabs, 0, "{:?}", class(&s));
+    assert_walk_agrees();
+    drop((filled, more));
+    let s = quiet_stats();
+    assert_holdings_add_up(&s);
+    assert_walk_agrees();
+    to_filler.send(()).unwrap();
+    filler.join().unwrap();
+    let s = quiet_stats();
+    assert_holdings_add_up(&s);
+    assert_eq!(class(&s).active_slabs, 0, "{:?}", class(&s));
+    assert_walk_agrees();
 }
 
 #[test]

@@ -273,6 +273,11 @@ impl Freer for ModelHeap<'_> {
         self.counted.borrow_mut().push(n);
     }
 
+    /// Counted as the free it is, as `free::ClassFreer` counts it.
+    fn count_given_back(&self) {
+        self.counted.borrow_mut().push(1);
+    }
+
     fn returned(&self, tag: usize) -> &AtomicPtr<Slab> {
         assert_eq!(tag, OWNER, "a last owner other than OWNER");
         self.returned
