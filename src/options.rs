@@ -135,6 +135,12 @@ options! {
         "SLUBMALLOC_PROTECT_FREED_LARGE", "1",
         "`0`: no freed large block is made inaccessible (a use after free of one bigger than any freed before goes unnoticed)",
         parse_flag;
+    /// Large blocks' guard pages as the kernel's guard markers where it has
+    /// them (`large_map`).
+    guard_markers: bool = true,
+        "SLUBMALLOC_GUARD_MARKERS", "1",
+        "`0`: the guard page after each large block is made with mprotect, a kernel mapping of its own, also where the kernel has guard markers (Linux 6.13+, `MADV_GUARD_INSTALL`)",
+        parse_flag;
     /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
     freelist_random: bool = false,
         "SLUBMALLOC_FREELIST_RANDOM", "0",
