@@ -11,8 +11,11 @@
 use core::ptr;
 
 use crate::counters::{add_locked, raise};
-use crate::large_cache::{Access, Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
-use crate::large_map::{grow_cached, map_fresh, resize_block, set_guard, unmap_block, Contents};
+use crate::large_cache::{Cache, Evicted, Hit, MAX_MAPPING_PER_REQUEST};
+use crate::large_map::{
+    grow_cached, map_fresh, open, resize_block, set_guard, unmap_block, Closed, Contents,
+    GUARD_BYTES,
+};
 use crate::options;
 use crate::os::{self, PAGE_BYTES};
 use crate::purge::{self, Pages};
@@ -288,11 +291,14 @@ pub fn alloc(size: usize, align: usize, contents: Contents) -> *mut u8 {
             os::set_enomem();
             return ptr::null_mut();
         }
-        Ok(Some(Hit::Fits(base, l, protected, split))) => {
+        Ok(Some(Hit::Fits(base, l, closed, split))) => {
             // Cost for a protected piece: one mprotect, which rewrites its
             // page table entries (bench/report/HISTORY.md has the numbers);
-            // for a split one, one more for its guard.
-            if !protected || os::make_accessible(base as *mut u8, l) {
+            // one more call for guards inside it; for a split one, one more
+            // for its guard. A split one is opened with the page that
+            // becomes its guard: with guard markers, no guard is PROT_NONE.
+            let opened = if split { l + GUARD_BYTES } else { l };
+            if open(base, opened, closed) {
                 if split {
                     set_guard(base + l);
                 }
@@ -312,12 +318,12 @@ pub fn alloc(size: usize, align: usize, contents: Contents) -> *mut u8 {
                 None => return ptr::null_mut(),
             }
         }
-        Ok(Some(Hit::Grow(base, l))) => {
+        Ok(Some(Hit::Grow(base, l, closed))) => {
             // A failed grow falls back to a fresh mapping: errno stays as
             // the caller had it unless that fails too (`map_fresh` sets it).
             let grown = {
                 let _keep = os::ErrnoGuard::save();
-                grow_cached(base, l, len, contents)
+                grow_cached(base, l, closed, len, contents)
             };
             match grown {
                 Some(q) => (q, len, true),
@@ -379,12 +385,11 @@ pub fn free(p: *mut u8) -> Freed {
     let now = purge::now_ns();
     let mut evicted = Evicted::new();
     if !protect || os::make_inaccessible(e.base as *mut u8, e.len) {
-        let access = if protect {
-            Access::Protected
-        } else {
-            Access::Open
+        let closed = Closed {
+            protected: protect,
+            guards: false,
         };
-        LARGE.with(|t| t.cache.keep(e.base, e.len, access, now, &mut evicted));
+        LARGE.with(|t| t.cache.keep(e.base, e.len, closed, now, &mut evicted));
     } else {
         // The kernel would need a mapping more than it allows: unmapped, it
         // faults too.
@@ -397,7 +402,7 @@ pub fn free(p: *mut u8) -> Freed {
 
 /// A cached piece just entered as a block that could not be made
 /// accessible (`alloc`): it leaves the table and goes back to the cache,
-/// still inaccessible, and is not counted as a hit.
+/// any part of it maybe still inaccessible, and is not counted as a hit.
 #[cold]
 fn uncache_failed(base: usize) {
     let now = purge::now_ns();
@@ -411,8 +416,7 @@ fn uncache_failed(base: usize) {
             &crate::counters::global().large_cache_hits,
             1u64.wrapping_neg(),
         );
-        t.cache
-            .keep(e.base, e.len, Access::Protected, now, &mut evicted);
+        t.cache.keep(e.base, e.len, Closed::ALL, now, &mut evicted);
     });
     evicted.unmap_all();
 }

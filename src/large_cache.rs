@@ -12,7 +12,7 @@
 //! (`os::make_inaccessible`, PROT_NONE) until it is handed out again (unless
 //! `SLUBMALLOC_PROTECT_FREED_LARGE=0`), so a read or write of it faults, as
 //! under glibc, which unmaps such blocks; a piece records whether any part
-//! of it is (`Cached::protected`). Its pages stay resident: handing it out
+//! of it is, and whether guards are inside it (`Cached::closed`). Its pages stay resident: handing it out
 //! again changes its page table entries (one mprotect), it faults nothing
 //! in. Each cached piece is at most two more kernel mappings than without
 //! the protection (the boundaries where its protection differs from its
@@ -21,15 +21,15 @@
 //! A piece is `len` bytes followed by the guard page of the block freed
 //! last in it (`large_map::GUARD_BYTES`, not counted in its bytes). Pieces
 //! that merge take the guard between them into the merged piece (its bytes
-//! grow by a page), which is then handed out made accessible whole, as a
-//! protected piece is. A piece split for a request gives the block its
-//! head and a guard page after it, for the caller to make inaccessible;
-//! the rest, after that page, keeps the piece's guard.
+//! grow by a page), which is then handed out made accessible whole
+//! (`large_map::open`). A piece split for a request gives the block its
+//! head and a guard page after it, for the caller to make a guard; the
+//! rest, after that page, keeps the piece's guard.
 
 use core::mem::MaybeUninit;
 
 use crate::counters::raise;
-use crate::large_map::{count_guards_opened, unmap_block, GUARD_BYTES};
+use crate::large_map::{count_guards_opened, unmap_block, Closed, GUARD_BYTES};
 use crate::os::{self, PAGE_BYTES};
 use crate::sync::{invariant, Ordering};
 
@@ -69,28 +69,17 @@ struct Cached {
     base: usize,
     len: usize,
     freed_at_ns: u64,
-    /// Some of its `len` bytes are inaccessible (protected at a free, or
-    /// the guard between pieces that merged): handing it out takes an
-    /// mprotect.
-    protected: bool,
+    /// Which of its `len` bytes are inaccessible: handing it out opens
+    /// them.
+    closed: Closed,
 }
 
 const NO_CACHED: Cached = Cached {
     base: 0,
     len: 0,
     freed_at_ns: 0,
-    protected: false,
+    closed: Closed::NOTHING,
 };
-
-/// Whether a freed mapping given to the cache was made inaccessible
-/// (`Cache::keep`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Readable and writable, as the block was.
-    Open,
-    /// `PROT_NONE`: a use after free faults.
-    Protected,
-}
 
 /// The cached mappings, their bytes, and the live large blocks' bytes that
 /// bound them.
@@ -146,11 +135,11 @@ impl Cache {
                     self.slots[i].len -= taken;
                     self.bytes -= taken;
                     count_guards_opened(-1);
-                    Hit::Fits(c.base, len, c.protected, true)
+                    Hit::Fits(c.base, len, c.closed, true)
                 } else {
                     self.slots[i] = NO_CACHED;
                     self.bytes -= c.len;
-                    Hit::Fits(c.base, c.len, c.protected, false)
+                    Hit::Fits(c.base, c.len, c.closed, false)
                 }
             }
             None => {
@@ -163,7 +152,7 @@ impl Cache {
                 let c = *c;
                 self.slots[i] = NO_CACHED;
                 self.bytes -= c.len;
-                Hit::Grow(c.base, c.len)
+                Hit::Grow(c.base, c.len, c.closed)
             }
         };
         self.publish();
@@ -175,8 +164,8 @@ impl Cache {
         (self.recent_peak / 2).clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
     }
 
-    /// Caches the freed mapping `base..base + len` and its guard
-    /// (`Access::Protected`: made inaccessible), merged with cached neighbours;
+    /// Caches the freed mapping `base..base + len` and its guard (`closed`:
+    /// what of it is inaccessible), merged with cached neighbours;
     /// the oldest entries make room. What must be unmapped
     /// (evicted entries, or the mapping itself if it cannot be kept) goes
     /// to `out`, to be unmapped after the lock is released. One pass over
@@ -186,11 +175,10 @@ impl Cache {
         &mut self,
         mut base: usize,
         mut len: usize,
-        access: Access,
+        mut closed: Closed,
         now: u64,
         out: &mut Evicted,
     ) {
-        let mut protected = access == Access::Protected;
         let (mut free_slot, mut oldest) = (None, None);
         let mut oldest_at = u64::MAX;
         for (i, c) in self.slots.iter_mut().enumerate() {
@@ -201,7 +189,10 @@ impl Cache {
                 base = base.min(c.base);
                 len += c.len + GUARD_BYTES;
                 count_guards_opened(1);
-                protected = true;
+                closed = Closed {
+                    protected: closed.protected || c.closed.protected,
+                    guards: true,
+                };
                 self.bytes -= c.len;
                 *c = NO_CACHED;
             }
@@ -223,7 +214,7 @@ impl Cache {
                     base,
                     len,
                     freed_at_ns: now,
-                    protected,
+                    closed,
                 };
                 self.bytes += len;
                 break;
@@ -302,12 +293,12 @@ impl Cache {
 /// What `Cache::take` found.
 pub enum Hit {
     /// A mapping that holds the request (at `base`, `len` bytes, a guard
-    /// page after them; whether some of it is inaccessible; whether it was
-    /// split off a piece, so that its guard page is still to be made).
-    Fits(usize, usize, bool, bool),
+    /// page after them; what of it is inaccessible; whether it was split
+    /// off a piece, so that its guard page is still to be made).
+    Fits(usize, usize, Closed, bool),
     /// A smaller mapping (at `base`, `len` bytes, a guard page after
-    /// them) to grow with mremap.
-    Grow(usize, usize),
+    /// them; what of it is inaccessible) to grow with mremap.
+    Grow(usize, usize, Closed),
 }
 
 /// Mappings to unmap once the lock is released: (base, len) pairs (each
@@ -366,17 +357,21 @@ mod tests {
     /// that page, ending at the last block's guard.
     #[test]
     fn neighbours_merge_across_their_guard_and_a_split_leaves_one_after_the_block() {
+        const GUARDS_ONLY: Closed = Closed {
+            protected: false,
+            guards: true,
+        };
         let mut cache = Cache::EMPTY;
         let mut out = Evicted::new();
         let (a, len) = (1usize << 40, 4 * PAGE_BYTES);
-        cache.keep(a + len + GUARD_BYTES, len, Access::Open, 1, &mut out);
-        cache.keep(a, len, Access::Open, 2, &mut out);
+        cache.keep(a + len + GUARD_BYTES, len, Closed::NOTHING, 1, &mut out);
+        cache.keep(a, len, Closed::NOTHING, 2, &mut out);
         assert_eq!(out.n, 0, "nothing evicted");
         let merged = 2 * len + GUARD_BYTES;
         assert_eq!(cache.bytes, merged);
         assert!(matches!(
             cache.take(PAGE_BYTES),
-            Some(Hit::Fits(base, PAGE_BYTES, true, true)) if base == a
+            Some(Hit::Fits(base, PAGE_BYTES, c, true)) if base == a && c == GUARDS_ONLY
         ));
         let rest: Vec<(usize, usize)> = cache
             .slots
@@ -389,7 +384,7 @@ mod tests {
         assert_eq!(cache.bytes, left);
         assert!(matches!(
             cache.take(left),
-            Some(Hit::Fits(base, l, true, false)) if (base, l) == rest[0]
+            Some(Hit::Fits(base, l, c, false)) if (base, l) == rest[0] && c == GUARDS_ONLY
         ));
         assert_eq!(cache.bytes, 0);
     }

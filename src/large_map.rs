@@ -2,21 +2,31 @@
 //! unmapped, each counted in the mapped bytes. `large` decides which.
 //!
 //! Every large block's mapping ends with a guard page: `len` bytes for the
-//! block, then `GUARD_BYTES` left inaccessible (PROT_NONE), so that a read
-//! or write just past the block's usable size faults rather than reach
-//! another mapping. A cached piece keeps the guard after it
-//! (`large_cache`); a block resized keeps one after its new end. The guard
-//! is a kernel mapping of its own (a large block is two, where it was one):
-//! past `vm.max_map_count` the kernel refuses to split a mapping for it,
-//! and the block goes out without one (`set_guard`), as it went before
-//! guards; past it the mapping itself fails, and the allocation with it.
+//! block, then `GUARD_BYTES` that fault when read or written, so that a
+//! read or write just past the block's usable size faults rather than
+//! reach another mapping. A cached piece keeps the guard after it
+//! (`large_cache`); a block resized keeps one after its new end.
+//!
+//! A guard is made one of two ways, chosen at the first (`Guards`): a
+//! kernel guard marker (Linux 6.13+, `os::install_guard_markers`), a page
+//! table entry inside the block's mapping, so neighbouring mappings still
+//! merge and a block is one kernel mapping or less; or, where the kernel
+//! has none (or `SLUBMALLOC_GUARD_MARKERS=0`), PROT_NONE, a kernel mapping
+//! of its own (a large block is two). A marker moves with its page under
+//! mremap and stays under mprotect, so a guard that becomes block memory
+//! (cached pieces merged, a block grown) is taken off first (`open`). Past
+//! `vm.max_map_count` the kernel refuses to split a mapping for a
+//! PROT_NONE guard, and the block goes out without one (`set_guard`); a
+//! marker it refuses (a mapping locked by `mlockall`) leaves the block
+//! without one too.
 
 use core::ptr;
 
 use crate::counters;
+use crate::options;
 use crate::os::{self, PAGE_BYTES};
 use crate::purge::{self, Pages};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU8, Ordering};
 
 /// The guard page after every large block's mapping, a part of it. The
 /// mapped bytes count no guard page: it holds no memory (and so glibc's
@@ -52,12 +62,93 @@ pub fn map_fresh(len: usize, align: usize) -> Option<usize> {
     Some(m as usize)
 }
 
-/// Makes the page at `at`, the one after a block of ours, its guard
-/// (PROT_NONE). Past `vm.max_map_count` the kernel refuses (the page would
+/// How this process makes guard pages (`GUARDS`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Guards {
+    /// None made yet: the first guard decides.
+    Undecided,
+    /// Kernel guard markers.
+    Markers,
+    /// PROT_NONE.
+    Protection,
+}
+
+/// `Guards`, decided once, at the first guard: a fresh mapping's page, so
+/// a marker refused there (EINVAL: a kernel before 6.13) means PROT_NONE
+/// for the whole process. Until then no guard exists, so nothing reads it
+/// to take one off.
+static GUARDS: AtomicU8 = AtomicU8::new(Guards::Undecided as u8);
+
+fn guards() -> Guards {
+    // Relaxed: each thread that finds it undecided decides the same.
+    match GUARDS.load(Ordering::Relaxed) {
+        x if x == Guards::Markers as u8 => Guards::Markers,
+        x if x == Guards::Protection as u8 => Guards::Protection,
+        _ => Guards::Undecided,
+    }
+}
+
+/// Makes the page at `at`, the one after a block of ours, its guard. Past
+/// `vm.max_map_count` the kernel refuses a PROT_NONE guard (the page would
 /// split a kernel mapping): it stays accessible, a page of the block's
 /// mapping that nothing uses, and the block has no guard.
 pub fn set_guard(at: usize) {
-    os::make_inaccessible(at as *mut u8, GUARD_BYTES);
+    let page = at as *mut u8;
+    match guards() {
+        Guards::Markers => {
+            os::install_guard_markers(page, GUARD_BYTES);
+        }
+        Guards::Protection => {
+            os::make_inaccessible(page, GUARD_BYTES);
+        }
+        Guards::Undecided => {
+            let kind =
+                if options::get().guard_markers && os::install_guard_markers(page, GUARD_BYTES) {
+                    Guards::Markers
+                } else {
+                    os::make_inaccessible(page, GUARD_BYTES);
+                    Guards::Protection
+                };
+            // Relaxed: see `guards`.
+            GUARDS.store(kind as u8, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What of a cached piece is inaccessible until it is handed out (`open`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Closed {
+    /// Some of its bytes were made PROT_NONE (at a free).
+    pub protected: bool,
+    /// Some of its pages are guards (of pieces that merged).
+    pub guards: bool,
+}
+
+impl Closed {
+    pub const NOTHING: Closed = Closed {
+        protected: false,
+        guards: false,
+    };
+    pub const ALL: Closed = Closed {
+        protected: true,
+        guards: true,
+    };
+}
+
+/// Makes `base..base + len`, ours, readable and writable whole, as
+/// `closed` says it is not: the guards in it taken off (PROT_NONE ones
+/// with the rest), the protected parts opened. False if the kernel refuses
+/// (past `vm.max_map_count`: opening part of a kernel mapping splits it).
+pub fn open(base: usize, len: usize, closed: Closed) -> bool {
+    let p = base as *mut u8;
+    match guards() {
+        Guards::Markers => {
+            (!closed.guards || os::remove_guard_markers(p, len))
+                && (!closed.protected || os::make_accessible(p, len))
+        }
+        _ => !(closed.protected || closed.guards) || os::make_accessible(p, len),
+    }
 }
 
 /// What a new block must hold (`large::alloc`, `grow_cached`).
@@ -70,15 +161,25 @@ pub enum Contents {
 }
 
 /// Grows the cached mapping `base..base + old` and its guard (taken out of
-/// the cache, so ours) to `len` bytes and a guard after them: made
-/// accessible whole (any part of it may be inaccessible: protected at its
-/// free, or a guard between pieces that merged), then resized
-/// (`resize_mapping`): its resident pages move along, only the new part
-/// faults in. None if that fails (the old mapping is unmapped). `Contents::Zeroed`:
-/// the old part is cleared; the new part is fresh zero pages.
-pub fn grow_cached(base: usize, old: usize, len: usize, contents: Contents) -> Option<usize> {
+/// the cache, so ours; `closed` as the cache kept it) to `len` bytes and a
+/// guard after them: made accessible whole, its guard included (`open`),
+/// then resized (`resize_mapping`): its resident pages move along, only
+/// the new part faults in. None if that fails (the old mapping is
+/// unmapped). `Contents::Zeroed`: the old part is cleared; the new part is
+/// fresh zero pages.
+pub fn grow_cached(
+    base: usize,
+    old: usize,
+    closed: Closed,
+    len: usize,
+    contents: Contents,
+) -> Option<usize> {
     let (old_all, len_all) = (old + GUARD_BYTES, len + GUARD_BYTES);
-    let grown = if os::make_accessible(base as *mut u8, old_all) {
+    let with_guard = Closed {
+        guards: true,
+        ..closed
+    };
+    let grown = if open(base, old_all, with_guard) {
         resize_mapping(base, old_all, len_all)
     } else {
         None
@@ -114,7 +215,11 @@ pub fn resize_block(base: usize, old: usize, len: usize) -> Option<usize> {
         os::unmap((base + len + GUARD_BYTES) as *mut u8, old - len);
         return Some(base);
     }
-    if !os::make_accessible((base + old) as *mut u8, GUARD_BYTES) {
+    let guard = Closed {
+        protected: false,
+        guards: true,
+    };
+    if !open(base + old, GUARD_BYTES, guard) {
         return None;
     }
     let Some(q) = resize_mapping(base, old + GUARD_BYTES, len + GUARD_BYTES) else {

@@ -140,6 +140,12 @@ options! {
         "SLUBMALLOC_PROTECT_ZERO_SIZE", "1",
         "`0`: `malloc(0)` hands out a 16-byte block, as glibc's does (a read or write of a zero-size block goes unnoticed); `1`: a block in memory that is never accessible, a distinct address for each live one",
         parse_flag;
+    /// Large blocks' guard pages as the kernel's guard markers where it has
+    /// them (`large_map`).
+    guard_markers: bool = true,
+        "SLUBMALLOC_GUARD_MARKERS", "1",
+        "`0`: the guard page after each large block is made with mprotect, a kernel mapping of its own, also where the kernel has guard markers (Linux 6.13+, `MADV_GUARD_INSTALL`)",
+        parse_flag;
     /// Carve new objects in a random order (SLAB_FREELIST_RANDOM).
     freelist_random: bool = false,
         "SLUBMALLOC_FREELIST_RANDOM", "0",

@@ -155,6 +155,29 @@ pub fn make_accessible(p: *mut u8, bytes: usize) -> bool {
     set_protection(p, bytes, sys::PROT_READ | sys::PROT_WRITE)
 }
 
+/// Puts a guard marker on each page of `p..p + bytes` (whole pages the
+/// caller owns, in a private anonymous mapping): a read or write there
+/// faults, as under PROT_NONE, but the marker is a page table entry, so it
+/// splits no kernel mapping. Linux 6.13+ (`MADV_GUARD_INSTALL`): the pages'
+/// contents are dropped; a marker survives MADV_DONTNEED and mprotect,
+/// moves with the page under mremap, and goes with munmap. False if the
+/// kernel refuses (EINVAL before 6.13 or in a locked mapping); errno is
+/// kept.
+pub fn install_guard_markers(p: *mut u8, bytes: usize) -> bool {
+    let _keep = ErrnoGuard::save();
+    // SAFETY: the caller owns the range and holds nothing in it.
+    unsafe { sys::madvise(p.cast(), bytes, sys::MADV_GUARD_INSTALL) == 0 }
+}
+
+/// Takes the guard markers off `p..p + bytes` (whole pages the caller
+/// owns); a page that had one reads as zeros, the others keep their
+/// contents. False if the kernel refuses; errno is kept.
+pub fn remove_guard_markers(p: *mut u8, bytes: usize) -> bool {
+    let _keep = ErrnoGuard::save();
+    // SAFETY: the caller owns the range.
+    unsafe { sys::madvise(p.cast(), bytes, sys::MADV_GUARD_REMOVE) == 0 }
+}
+
 fn set_protection(p: *mut u8, bytes: usize, prot: sys::c_int) -> bool {
     let _keep = ErrnoGuard::save();
     // SAFETY: the caller owns the range and holds no references into it

@@ -25,6 +25,11 @@
 )))]
 pub use libc::*;
 
+/// Linux 6.13's guard markers, on every architecture
+/// (include/uapi/asm-generic/mman-common.h; not in the libc crate).
+pub const MADV_GUARD_INSTALL: core::ffi::c_int = 102;
+pub const MADV_GUARD_REMOVE: core::ffi::c_int = 103;
+
 /// pthread.h: ENABLE is 0, DISABLE 1 (not in the libc crate for linux-gnu).
 pub const PTHREAD_CANCEL_DISABLE: core::ffi::c_int = 1;
 

@@ -30,7 +30,12 @@
  *   shrunk          malloc(2 MiB) shrunk by realloc to 600 KiB (its tail
  *                   unmapped)
  *   aligned         aligned_alloc(64 KiB, 256 KiB): a fresh mapping
- *                   trimmed to the alignment */
+ *                   trimmed to the alignment
+ *
+ *   large_guard mappings
+ *
+ * holds 200 fresh blocks of 256 KiB, each written whole, and prints
+ * "mappings <n>": the lines of /proc/self/maps they added. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <stdint.h>
@@ -60,6 +65,19 @@ static void cache_40_mib(void) {
     printf("cached %zu\n", mallinfo2().keepcost);
 }
 
+static int maps_lines(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) {
+        perror("/proc/self/maps");
+        exit(2);
+    }
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
 /* Writes the block whole, fills a hole after it, writes the byte past it. */
 static void overflow(char *p) {
     size_t usable = malloc_usable_size(p);
@@ -85,6 +103,14 @@ int main(int argc, char **argv) {
     }
     const char *mode = argv[1];
     char *p;
+    if (is(mode, "mappings")) {
+        static char *held[200];
+        int before = maps_lines();
+        for (int i = 0; i < 200; i++)
+            memset(held[i] = must(malloc(256 * KIB)), 1, 256 * KIB);
+        printf("mappings %d\n", maps_lines() - before);
+        return 0;
+    }
     if (is(mode, "fresh")) {
         p = must(malloc(256 * KIB));
     } else if (is(mode, "cached")) {

@@ -124,18 +124,24 @@ fn a_child_forked_after_the_free_faults_touching_the_block() {
 fn at_the_mapping_limit_a_cached_piece_that_cannot_be_made_accessible_is_not_handed_out() {
     // On both mallocs: NULL with ENOMEM, or a block that can be written.
     // The purge delay keeps the 8 MiB mapping cached while the program
-    // fills the mappings.
-    let env = [("SLUBMALLOC_PURGE_DELAY_MS", "3600000")];
-    for preloaded in [false, true] {
-        let o = common::run_guarded(&program(), &["limit"], preloaded, &env, LIMIT);
-        let out = common::stdout(&o);
-        assert!(
-            o.status.success()
-                && (out.contains("limit written") || out.contains("limit NULL errno ENOMEM"))
-                && out.contains("after written"),
-            "preloaded: {preloaded}\n{}",
-            common::describe(&o)
-        );
+    // fills the mappings. Guards as markers (where the kernel has them) and
+    // as PROT_NONE.
+    for markers in ["1", "0"] {
+        let env = [
+            ("SLUBMALLOC_PURGE_DELAY_MS", "3600000"),
+            ("SLUBMALLOC_GUARD_MARKERS", markers),
+        ];
+        for preloaded in [false, true] {
+            let o = common::run_guarded(&program(), &["limit"], preloaded, &env, LIMIT);
+            let out = common::stdout(&o);
+            assert!(
+                o.status.success()
+                    && (out.contains("limit written") || out.contains("limit NULL errno ENOMEM"))
+                    && out.contains("after written"),
+                "preloaded: {preloaded}, markers: {markers}\n{}",
+                common::describe(&o)
+            );
+        }
     }
 }
 

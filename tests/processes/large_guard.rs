@@ -3,7 +3,10 @@
 //! whether the mapping is made for the block, taken from the cache of
 //! freed mappings (a piece of one, or one whole, or pieces that merged) or
 //! resized by realloc. `tests/c/large_guard.c MODE` writes the whole block,
-//! then the byte past it.
+//! then the byte past it. Each test runs with the guards as kernel guard
+//! markers (where the kernel has them, Linux 6.13+) and as PROT_NONE
+//! (`SLUBMALLOC_GUARD_MARKERS=0`): a marker left inside memory that became
+//! a block's faults the write of the block whole.
 
 use crate::common;
 
@@ -49,22 +52,35 @@ fn assert_faults(mode: &str, env: &[(&str, &str)]) {
     );
 }
 
-/// Freed large blocks cached accessible, so that only the guard stops a
-/// write past a piece handed out before the rest of its mapping.
-const UNPROTECTED: &[(&str, &str)] = &[("SLUBMALLOC_PROTECT_FREED_LARGE", "0")];
+/// The two ways to make guards: the default (guard markers where the
+/// kernel has them), and PROT_NONE.
+const GUARDS: [&[(&str, &str)]; 2] = [&[], &[("SLUBMALLOC_GUARD_MARKERS", "0")]];
+
+/// `guards`, with freed large blocks cached accessible, so that only the
+/// guard stops a write past a piece handed out before the rest of its
+/// mapping.
+fn unprotected<'a>(guards: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut env = guards.to_vec();
+    env.push(("SLUBMALLOC_PROTECT_FREED_LARGE", "0"));
+    env
+}
 
 #[test]
 fn a_write_past_a_fresh_256_kib_block_faults_in_20_runs_of_20() {
-    for _ in 0..20 {
-        assert_faults("fresh", &[]);
+    for guards in GUARDS {
+        for _ in 0..20 {
+            assert_faults("fresh", guards);
+        }
     }
 }
 
 #[test]
 fn a_write_past_a_cached_256_kib_block_faults_in_20_runs_of_20() {
-    for _ in 0..20 {
-        assert_faults("cached", UNPROTECTED);
-        assert_faults("cached", &[]);
+    for guards in GUARDS {
+        for _ in 0..20 {
+            assert_faults("cached", &unprotected(guards));
+            assert_faults("cached", guards);
+        }
     }
 }
 
@@ -78,7 +94,53 @@ fn a_write_past_a_block_taken_whole_grown_merged_resized_or_aligned_faults() {
         "shrunk",
         "aligned",
     ] {
-        assert_faults(mode, UNPROTECTED);
-        assert_faults(mode, &[]);
+        for guards in GUARDS {
+            assert_faults(mode, &unprotected(guards));
+            assert_faults(mode, guards);
+        }
+    }
+}
+
+/// Whether the running kernel has guard markers (Linux 6.13+).
+fn kernel_has_guard_markers() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).expect("major");
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).expect("minor");
+    (major, minor) >= (6, 13)
+}
+
+/// The lines of /proc/self/maps that 200 live fresh blocks of 256 KiB add
+/// (`large_guard mappings`), with `env`.
+fn mappings_of_200_blocks(env: &[(&str, &str)]) -> u64 {
+    let o = common::run_guarded(&program(), &["mappings"], true, env, LIMIT);
+    common::stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("mappings "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count\n{}", common::describe(&o)))
+}
+
+/// With guard markers (where the kernel has them) the guards split no
+/// kernel mapping, and neighbouring fresh blocks merge: 200 live blocks
+/// are a few kernel mappings; with PROT_NONE guards each block is two.
+#[test]
+fn live_fresh_blocks_are_two_kernel_mappings_each_only_with_prot_none_guards() {
+    let protected = mappings_of_200_blocks(GUARDS[1]);
+    assert!(
+        (395..=405).contains(&protected),
+        "{protected} mappings for 200 blocks with PROT_NONE guards"
+    );
+    let markers = mappings_of_200_blocks(GUARDS[0]);
+    if kernel_has_guard_markers() {
+        assert!(
+            markers <= 10,
+            "{markers} mappings for 200 blocks with markers"
+        );
+    } else {
+        assert!(
+            (395..=405).contains(&markers),
+            "{markers}: no markers before Linux 6.13"
+        );
     }
 }
