@@ -170,11 +170,12 @@ impl Harness {
         self.keys += 1;
         let block = Block {
             addr: p as usize,
-            size: n.max(1),
+            size: n,
             align: 1,
             key: model::mix(self.keys),
         };
-        // malloc(0) is a unique minimum block: one byte of it is written.
+        // A zero-size block is not touched: its memory is inaccessible
+        // (`SLUBMALLOC_PROTECT_ZERO_SIZE`, on by default).
         block.fill(0);
         self.live += block.size;
         Some(CBlock { block, align })
