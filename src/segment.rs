@@ -26,89 +26,22 @@
 //! last, whose free slab is likeliest still resident), and a purge visits
 //! only the segments with free slabs not purged yet (the dirty queue).
 
-use core::cell::UnsafeCell;
 use core::ptr;
 
 use crate::counters;
 use crate::list::{Linked, List};
 use crate::os;
 use crate::purge::{self, Pages};
-use crate::size_class::ADDRESS_BITS;
 use crate::slab::{Slab, State};
-use crate::sync::{invariant, AtomicU64, AtomicU8, Cell, Locked, Ordering};
+use crate::sync::{invariant, AtomicU64, Cell, Locked, Ordering};
 
-pub use crate::size_class::{
-    segment_of, SEGMENT_BYTES, SEGMENT_SHIFT, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT,
-};
+pub use crate::size_class::{segment_of, SEGMENT_BYTES, SLABS_PER_SEGMENT, SLAB_BYTES, SLAB_SHIFT};
+pub use map::contains;
+use map::{mark_mapped, mark_unmapped};
 /// Slab 0 holds the segment header; the rest serve objects.
 const ALL_SLABS: u64 = !1;
 /// Wholly empty segments kept mapped (purged) for reuse.
 const EMPTY_SEGMENTS_KEPT: usize = 1;
-const MAP_ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
-// The segment map: one byte per possible segment (nonzero: ours), 32 MiB of
-// zero pages of which only those touched become resident; a byte makes the
-// test in `contains` one compare. Zeroed `.bss` declared in assembly, not a
-// Rust static, whose initialiser the compiler would evaluate and copy into
-// the object in every clean build of a crate that uses slubmalloc (a large
-// part of its time on this crate). Hidden, as `tls`'s heap slot.
-core::arch::global_asm!(
-    ".pushsection .bss",
-    ".balign 4096",
-    ".globl slubmalloc_segment_map",
-    ".hidden slubmalloc_segment_map",
-    "slubmalloc_segment_map:",
-    ".zero {bytes}",
-    ".popsection",
-    bytes = const MAP_ENTRIES,
-);
-
-#[cfg(not(target_arch = "x86_64"))]
-extern "C" {
-    static slubmalloc_segment_map: SegmentMap;
-}
-
-/// The segment map's bytes, read and written only as `AtomicU8`s (`entry`).
-#[repr(transparent)]
-struct SegmentMap(UnsafeCell<[u8; MAP_ENTRIES]>);
-
-/// The segment map. On x86-64 its address is a `lea` written in assembly: the
-/// compiler reaches a symbol it only declares (as it does a static of another
-/// codegen unit) through the GOT, a load more before the byte on every `free`.
-#[inline(always)]
-fn map() -> &'static SegmentMap {
-    #[cfg(target_arch = "x86_64")]
-    let p: *const SegmentMap = {
-        let p;
-        // SAFETY: computes the address of the map declared above; no memory.
-        unsafe {
-            core::arch::asm!(
-                "lea {p}, [rip + slubmalloc_segment_map]",
-                p = out(reg) p,
-                options(pure, nomem, nostack, preserves_flags),
-            )
-        };
-        p
-    };
-    // The symbol's address, without reading it.
-    #[cfg(not(target_arch = "x86_64"))]
-    let p: *const SegmentMap = core::ptr::addr_of!(slubmalloc_segment_map);
-    // SAFETY: the assembly above defines MAP_ENTRIES zeroed bytes for the
-    // process's life, only ever accessed atomically (`entry`).
-    unsafe { &*p }
-}
-
-impl SegmentMap {
-    /// The entry of segment `region`; `region < MAP_ENTRIES`.
-    #[inline(always)]
-    fn entry(&self, region: usize) -> &AtomicU8 {
-        invariant!(region < MAP_ENTRIES);
-        // SAFETY: `region` is in bounds (both callers check), the byte lives as long as the
-        // process, `AtomicU8` has the size and alignment of `u8`, and no
-        // access to the map's bytes is anything but atomic.
-        unsafe { AtomicU8::from_ptr(self.0.get().cast::<u8>().add(region)) }
-    }
-}
-
 #[repr(C)]
 pub struct Segment {
     slabs: [Slab; SLABS_PER_SEGMENT],
@@ -250,60 +183,6 @@ pub fn slab_of(p: *mut u8) -> *mut Slab {
     let p = p as usize;
     let index = (p >> SLAB_SHIFT) & (SLABS_PER_SEGMENT - 1);
     (segment_of(p) + index * core::mem::size_of::<Slab>()) as *mut Slab
-}
-
-/// Whether `p` lies inside one of our segments. Cost: shift, bound check,
-/// one byte compare.
-#[inline(always)]
-pub fn contains(p: *mut u8) -> bool {
-    let region = segment_index(p as usize);
-    region < MAP_ENTRIES && map().entry(region).load(Ordering::Relaxed) != 0
-}
-
-/// `p >> SEGMENT_SHIFT`. On x86-64 the shift is written in asm: LLVM would
-/// otherwise turn the bound check on it into a second shift of `p` (two
-/// more instructions on every `free`).
-#[inline(always)]
-fn segment_index(p: usize) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut r = p;
-        // SAFETY: a register shift; touches no memory, flags only.
-        unsafe {
-            core::arch::asm!("shr {r}, {s}", r = inout(reg) r, s = const SEGMENT_SHIFT,
-                options(pure, nomem, nostack))
-        };
-        r
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        p >> SEGMENT_SHIFT
-    }
-}
-
-/// Marks the segment at `seg`, just mapped, in the segment map.
-fn mark_mapped(seg: usize) {
-    // Relaxed: a pointer into the segment reaches another thread only through
-    // a synchronizing hand-off that follows this store.
-    map_entry(seg).store(1, Ordering::Relaxed);
-}
-
-/// Clears the mark of the segment at `seg`, about to be unmapped.
-fn mark_unmapped(seg: usize) {
-    // Relaxed: as in `mark_mapped`; no pointer into the segment is in use.
-    map_entry(seg).store(0, Ordering::Relaxed);
-}
-
-/// The segment map's entry for the segment at `seg`.
-fn map_entry(seg: usize) -> &'static AtomicU8 {
-    let region = seg >> SEGMENT_SHIFT;
-    if region >= MAP_ENTRIES {
-        os::fatal(
-            "the kernel mapped a segment above the 47-bit address space",
-            seg,
-        );
-    }
-    map().entry(region)
 }
 
 /// A free slab for a new use, or null with errno ENOMEM. O(1): the head of
@@ -692,6 +571,7 @@ pub fn repair_in_child() {
     SEGMENTS.lock.reset_in_child();
 }
 
+mod map;
 pub mod span;
 
 #[cfg(all(test, not(loom)))]
