@@ -201,15 +201,7 @@ fn report_mismatches(s: &stats::Stats, w: &Walk) -> usize {
             );
         }
     }
-    if s.totals.large_blocks != w.large_blocks {
-        bad += 1;
-        let mut out = os::FdWriter::new(2);
-        let _ = writeln!(
-            out,
-            "slubmalloc: large blocks: counters {} but walk {}",
-            s.totals.large_blocks, w.large_blocks
-        );
-    }
+    bad += count_mismatch("large blocks", s.totals.large_blocks, w.large_blocks);
     if (s.totals.medium_blocks, s.totals.medium_bytes) != (w.medium_blocks, w.medium_bytes) {
         bad += 1;
         let mut out = os::FdWriter::new(2);
@@ -219,14 +211,22 @@ fn report_mismatches(s: &stats::Stats, w: &Walk) -> usize {
             s.totals.medium_blocks, s.totals.medium_bytes, w.medium_blocks, w.medium_bytes
         );
     }
-    if s.totals.zero_size_blocks != w.zero_size_blocks {
-        bad += 1;
-        let mut out = os::FdWriter::new(2);
-        let _ = writeln!(
-            out,
-            "slubmalloc: zero-size blocks: counters {} but walk {}",
-            s.totals.zero_size_blocks, w.zero_size_blocks
-        );
-    }
+    bad += count_mismatch(
+        "zero-size blocks",
+        s.totals.zero_size_blocks,
+        w.zero_size_blocks,
+    );
     bad
+}
+
+/// Writes the mismatch of a count the totals keep and the walk recounts to
+/// stderr; 1 if they differ, else 0.
+fn count_mismatch(what: &str, kept: u64, walked: u64) -> usize {
+    use core::fmt::Write;
+    if kept == walked {
+        return 0;
+    }
+    let mut out = os::FdWriter::new(2);
+    let _ = writeln!(out, "slubmalloc: {what}: counters {kept} but walk {walked}");
+    1
 }
