@@ -345,8 +345,8 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 
 /// Gives back all the memory we can: the calling thread's sheaves go back
 /// to their slabs, its slabs to the node lists, their empty slabs (and
-/// those debug mode, the heap profile and zero-size blocks keep) to their segments, free
-/// slabs and cached large blocks to the kernel.
+/// those debug mode, the heap profile and zero-size blocks keep) to their
+/// segments, free slabs and cached large blocks to the kernel.
 pub fn trim() {
     thread_idle();
     SideHeap::Debug.give_back_empty();

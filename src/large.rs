@@ -1,7 +1,8 @@
 //! Large blocks (above the largest size class, and above glibc's dynamic
 //! mmap threshold or the medium blocks' bound, `medium`): each in its own
-//! mapping, a guard page after it (`large_map`), found on free through an open-addressing table keyed by
-//! address, so a pointer we never handed out is recognised, not followed.
+//! mapping, a guard page after it (`large_map`), found on free through an
+//! open-addressing table keyed by address, so a pointer we never handed
+//! out is recognised, not followed.
 //! Freed mappings are kept for reuse in a cache (`large_cache::Cache`, a
 //! part of the table, under the same lock); mappings are made, grown and
 //! resized by `large_map`. Here: the address table, glibc's threshold

@@ -12,8 +12,9 @@
 //! (`os::make_inaccessible`, PROT_NONE) until it is handed out again (unless
 //! `SLUBMALLOC_PROTECT_FREED_LARGE=0`), so a read or write of it faults, as
 //! under glibc, which unmaps such blocks; a piece records whether any part
-//! of it is, and whether guards are inside it (`Cached::closed`). Its pages stay resident: handing it out
-//! again changes its page table entries (one mprotect), it faults nothing
+//! of it is, and whether guards are inside it (`Cached::closed`). Its pages
+//! stay resident: handing it out again changes its page table entries (one
+//! mprotect), it faults nothing
 //! in. Each cached piece is at most two more kernel mappings than without
 //! the protection (the boundaries where its protection differs from its
 //! neighbours'), so at most `2 * CACHE_SLOTS` in all.
@@ -302,8 +303,9 @@ pub enum Hit {
 }
 
 /// Mappings to unmap once the lock is released: (base, len) pairs (each
-/// with its guard page after it), the first `n` written. Left uninitialised (528 bytes): the caller makes one
-/// per free, and zeroing it cost more than the rest of the free's work.
+/// with its guard page after it), the first `n` written. Left
+/// uninitialised (528 bytes): the caller makes one per free, and zeroing
+/// it cost more than the rest of the free's work.
 pub struct Evicted {
     list: [MaybeUninit<(usize, usize)>; CACHE_SLOTS + 1],
     n: usize,
