@@ -171,6 +171,9 @@ impl TextReport {
 /// fields are not as many numbers as the header has names.
 fn text_reports(text: &str) -> Vec<TextReport> {
     const TITLE: &str = "slubmalloc statistics (pid ";
+    // A file read while a report is being written may end in the middle of
+    // a row: only whole lines count.
+    let text = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
     let mut reports = Vec::new();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
