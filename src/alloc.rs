@@ -349,6 +349,7 @@ pub unsafe fn realloc(p: *mut u8, align: usize, new_size: usize) -> *mut u8 {
 /// segments, free slabs and cached large blocks to the kernel.
 pub fn trim() {
     thread_idle();
+    purge::give_back::drain_every_cpu();
     SideHeap::Debug.give_back_empty();
     SideHeap::Profile.give_back_empty();
     zero::give_back_empty();

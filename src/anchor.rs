@@ -13,7 +13,7 @@
 //! (`heap::REGISTRY_GENERATION`), written on the slow paths that create a
 //! thread's heap or end a thread.
 //!
-//! Layout version 3 (`ANCHOR_VERSION`): every field below, in this order,
+//! Layout version 4 (`ANCHOR_VERSION`): every field below, in this order,
 //! 64-bit addresses; the counters of a class heap in the order of
 //! `counters::Ev`; what the reader computes from them is `stats::build`'s
 //! arithmetic. Change any of that and the version changes with it, here and
@@ -23,17 +23,19 @@
 use core::mem::{offset_of, size_of};
 
 use crate::counters::{Counters, Ev, Global, GLOBAL};
+use crate::cpu_sheaf::{DRAINS, RESTARTS};
 use crate::heap::{ClassHeap, Heap, Registry, ORPHAN, PROF, REGISTRY, REGISTRY_GENERATION};
 use crate::list::List;
 use crate::node::{Node, NODES};
 use crate::os::{MMAPS, PURGED_BYTES, PURGES};
+use crate::rseq::PERCPU_MODE;
 use crate::size_class::{CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTES, SLAB_BYTES};
 use crate::sync::{AtomicPtr, AtomicU64};
 
 /// The first eight bytes of the anchor.
 pub const ANCHOR_MAGIC: [u8; 8] = *b"SLUBANCH";
 /// The layout of `Anchor` and of what it points to, as the reader must know it.
-pub const ANCHOR_VERSION: u32 = 3;
+pub const ANCHOR_VERSION: u32 = 4;
 
 /// Where the statistics live. Addresses are the process's own; offsets are
 /// bytes from the start of the struct named.
@@ -87,8 +89,8 @@ pub struct Anchor {
     /// their mappings' bytes, the large cache's bytes, its limit, its hits,
     /// background purges, purger starts, mmaps, purges, bytes purged,
     /// medium blocks, their bytes, the sheaf budget the threads took,
-    /// zero-size blocks.
-    globals: [*const AtomicU64; 16],
+    /// zero-size blocks, the per-CPU mode, rseq restarts, CPU drains.
+    globals: [*const AtomicU64; 19],
 }
 
 // SAFETY: the anchor is never written; its pointers name statics.
@@ -155,12 +157,15 @@ pub static ANCHOR: Anchor = Anchor {
         global_field(offset_of!(Global, medium_bytes)),
         global_field(offset_of!(Global, sheaf_budget_taken)),
         global_field(offset_of!(Global, zero_size_blocks)),
+        &raw const PERCPU_MODE,
+        &raw const RESTARTS,
+        &raw const DRAINS,
     ],
 };
 
 // What the reader takes for granted: a counter block is `Ev::COUNT` u64s;
-// on 64-bit targets the anchor is 288 bytes, 4 of them padding after the
+// on 64-bit targets the anchor is 312 bytes, 4 of them padding after the
 // node offsets, and node gauges are 8 bytes.
 const _: () = assert!(size_of::<Counters>() == Ev::COUNT * 8);
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<Anchor>() == 288);
+const _: () = assert!(size_of::<Anchor>() == 312);

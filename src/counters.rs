@@ -51,10 +51,21 @@ pub enum Ev {
     /// slabs with no free block (`side_slabs`). Those made FULL and claimed
     /// under a node lock count on the node (`Node::full_slabs`).
     FullSlabs,
+    /// Blocks this thread's full sheaves put on its CPU's sheaf of the
+    /// class (per-CPU mode, `cpu_sheaf`).
+    SheafToCpu,
+    /// Blocks this thread's empty sheaf took from its CPU's sheaf.
+    CpuToSheaf,
+    /// Blocks this thread flushed from CPUs' sheaves to their slabs (also
+    /// counted in `SheafFlushed`).
+    CpuFlushed,
+    /// A gauge: the blocks the CPUs' sheaves of the class may hold, grown
+    /// by this thread, less what its drains dropped.
+    CpuCapacity,
 }
 
 impl Ev {
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 25;
 }
 
 /// One thread's counters for one class. Single writer (the owning thread).
@@ -82,6 +93,7 @@ impl Counters {
                     | Ev::AllocFast
                     | Ev::SheafFromBarn
                     | Ev::SheafCapacity
+                    | Ev::CpuCapacity
             )
         {
             return;

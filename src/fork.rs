@@ -46,6 +46,7 @@
 //! interrupted the allocator in a process with several threads.
 
 use crate::barn;
+use crate::cpu_sheaf;
 use crate::heap;
 use crate::large;
 use crate::node;
@@ -100,6 +101,7 @@ extern "C" fn child() {
     large::repair_in_child();
     node::rebuild_in_child();
     barn::repair_in_child();
+    cpu_sheaf::repair_in_child();
     heap::repair_registry_in_child();
     let heap = tls::current();
     heap::count_threads_in_child(heap != heap::EMPTY && heap != heap::DEAD);

@@ -17,6 +17,9 @@ use crate::{background, purge, release, sheaf, sheaf_budget, sys, tls};
 /// thread leaves its heap first, so that nothing it calls after takes a
 /// slab into it.
 pub fn give_back_all(heap: &Heap, goes: ThreadGoes) {
+    if goes == ThreadGoes::Exits {
+        sheaf::move_to_cpu(heap);
+    }
     sheaf::flush_all(heap);
     // What the threads left in the barns goes back to its slabs at each
     // exit too (a program whose threads have exited keeps nothing there;

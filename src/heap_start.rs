@@ -12,7 +12,7 @@ use crate::prof::sample;
 use crate::sync::Once;
 use crate::sys;
 use crate::tls::current;
-use crate::{fork, freelist, options, os, purge, report, tls};
+use crate::{cpu_sheaf, fork, freelist, options, os, purge, report, tls};
 
 static INIT: Once = Once::new();
 static mut KEY: sys::pthread_key_t = 0;
@@ -26,7 +26,7 @@ fn init_process() {
     }
     let first = INIT.call(|| {
         freelist::init_secret();
-        options::get();
+        cpu_sheaf::init(options::get().percpu);
         // SAFETY: KEY is written only here, before INIT is done (a forked
         // child that runs this again makes its own key).
         unsafe { sys::pthread_key_create(&raw mut KEY, Some(thread_exit)) };

@@ -101,6 +101,7 @@ mod anchor;
 mod background;
 mod barn;
 mod counters;
+mod cpu_sheaf;
 // The C++ ABI's names of `operator delete`.
 #[cfg(any(feature = "override", slubmalloc_preload))]
 #[allow(non_snake_case)]
@@ -137,6 +138,7 @@ mod refill;
 mod release;
 mod remote_free;
 mod report;
+mod rseq;
 mod segment;
 mod shared;
 mod sheaf;

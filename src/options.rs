@@ -119,6 +119,12 @@ options! {
         "SLUBMALLOC_PURGE_DELAY_MS", "100",
         "delay before free slabs and cached large blocks go back to the kernel",
         parse_u64;
+    /// The per-CPU sheaves (`cpu_sheaf`), where the kernel and glibc have
+    /// restartable sequences.
+    percpu: bool = true,
+        "SLUBMALLOC_PERCPU", "1",
+        "`0`: no per-CPU sheaves behind the threads' own (the mode without restartable sequences: also under `GLIBC_TUNABLES=glibc.pthread.rseq=0`, Valgrind, or a kernel or glibc without them)",
+        parse_flag;
     /// The background purger thread (`background.rs`).
     background_purge: bool = true,
         "SLUBMALLOC_BACKGROUND_PURGE", "1",

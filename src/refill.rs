@@ -92,7 +92,10 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         if let Some(p) = shared::take_if_cold(heap, class) {
             return p;
         }
-        let n = sheaf::fill_from_barn(heap, class);
+        let mut n = sheaf::fill_from_cpu(heap, class);
+        if n == 0 {
+            n = sheaf::fill_from_barn(heap, class);
+        }
         if n != 0 {
             if n == c.sheaf().cap() {
                 // The barn had a whole sheaf for it: the thread allocates

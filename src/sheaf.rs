@@ -43,14 +43,15 @@ use core::ptr;
 
 use crate::barn;
 use crate::counters::Ev;
+use crate::cpu_sheaf;
 use crate::free::{free_owned_run, free_unowned_run};
 use crate::freelist::{self, set_sheaf_tag, take_sheaf_block, HARDENING};
 use crate::heap::{ClassHeap, Heap};
 use crate::purge;
 use crate::segment::{self, slab_of};
 use crate::sheaf_state::check;
-use crate::size_class::{SHEAF_CAP, SHEAF_MAX};
-use crate::sync::{invariant, Ordering};
+use crate::size_class::{NUM_CLASSES, SHEAF_CAP, SHEAF_MAX};
+use crate::sync::{invariant, LockWait, Ordering};
 use crate::tls::{current, own_heap};
 
 // ---------------------------------------------------------------------------
@@ -73,6 +74,9 @@ pub fn make_room(heap: &Heap, c: &ClassHeap, class: usize) {
         .owner
         .load(Ordering::Relaxed);
     let me = heap as *const Heap as usize;
+    if cpu_sheaf::on() && to_cpu(c, class, cap.div_ceil(2)) != 0 {
+        return;
+    }
     if purge::program_has_other_threads()
         && owner != 0
         && owner != me
@@ -85,6 +89,52 @@ pub fn make_room(heap: &Heap, c: &ClassHeap, class: usize) {
         purge::schedule(purge::now_ns());
     } else {
         flush_oldest(heap, c, cap.div_ceil(2));
+    }
+}
+
+/// Moves up to the `n` oldest blocks of `c`'s sheaf (of `class`) onto
+/// this CPU's sheaf of the class (per-CPU mode): how many.
+fn to_cpu(c: &ClassHeap, class: usize, n: u32) -> u32 {
+    let sheaf = c.sheaf();
+    let k = cpu_sheaf::push(class, sheaf.oldest(n), &c.ev);
+    if k != 0 {
+        sheaf.drop_oldest(k);
+        c.ev.add(Ev::SheafToCpu, k as u64);
+    }
+    k
+}
+
+/// Fills the empty sheaf of `class` in `heap`, a thread's own, from this
+/// CPU's sheaf of the class (per-CPU mode), before the barn: the blocks it
+/// took, 0 if the class has no sheaf, the sheaf is not empty, the heap is
+/// the orphan one, or the CPU's sheaf is empty or stopped.
+pub fn fill_from_cpu(heap: &Heap, class: usize) -> u32 {
+    let c = &heap.classes[class];
+    let sheaf = c.sheaf();
+    if !cpu_sheaf::on() || !sheaf.is_open() || sheaf.len() != 0 || !ptr::eq(heap, current()) {
+        return 0;
+    }
+    let n = cpu_sheaf::pop(class, sheaf.room());
+    if n != 0 {
+        sheaf.filled(n);
+        c.ev.add(Ev::CpuToSheaf, n as u64);
+    }
+    n
+}
+
+/// A thread exits (per-CPU mode): each of its sheaves moves onto this
+/// CPU's sheaves, as much as fits, for the next thread that runs there;
+/// `flush_all` flushes the rest.
+pub fn move_to_cpu(heap: &Heap) {
+    if !cpu_sheaf::on() {
+        return;
+    }
+    for (class, c) in heap.classes.iter().enumerate() {
+        if !heap.is_warm(class) {
+            continue;
+        }
+        // In batches of at most a sheaf's most, the oldest first.
+        while c.sheaf().len() != 0 && to_cpu(c, class, c.sheaf().len()) != 0 {}
     }
 }
 
@@ -213,6 +263,44 @@ pub fn flush_barns(heap: &Heap) {
     }
 }
 
+/// Which CPUs' sheaves `drain_cpus` drains.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CpuDrain {
+    /// Every CPU's (`trim`).
+    All,
+    /// Those that hold blocks and did not change since the last purge
+    /// asked (`cpu_sheaf::idle`).
+    Idle,
+}
+
+/// Hands the blocks of CPUs' sheaves back to their slabs, each CPU stopped
+/// while it is drained, counted in `heap` (a thread's, or the orphan heap
+/// under its lock), and drops their capacities: `trim`, and every purge
+/// for the CPUs that went idle.
+pub fn drain_cpus(heap: &Heap, which: CpuDrain) {
+    if !cpu_sheaf::on() {
+        return;
+    }
+    for cpu in cpu_sheaf::cpus() {
+        if which == CpuDrain::Idle && !cpu_sheaf::idle(cpu) {
+            continue;
+        }
+        let Some(stopped) = cpu_sheaf::stop(cpu, LockWait::Wait) else {
+            continue;
+        };
+        for (class, c) in heap.classes.iter().enumerate() {
+            let blocks = stopped.blocks(class);
+            let n = blocks.len() as u64;
+            if n != 0 {
+                flush_blocks(heap, blocks);
+                c.ev.add(Ev::CpuFlushed, n);
+                c.ev.add(Ev::SheafFlushed, n);
+            }
+            stopped.empty(class, &c.ev);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // At exit
 
@@ -224,6 +312,7 @@ extern "C" fn check_at_exit() {
     if !HARDENING {
         return;
     }
+    check_cpus_at_exit();
     let Some(heap) = own_heap() else {
         return;
     };
@@ -240,6 +329,31 @@ extern "C" fn check_at_exit() {
         for b in blocks {
             // SAFETY: as above; its tag was there.
             unsafe { set_sheaf_tag(secret, b.get()) };
+        }
+    }
+}
+
+/// At exit, per-CPU mode: the blocks in the CPUs' sheaves checked as
+/// `check_at_exit` checks a thread's, each CPU stopped meanwhile.
+fn check_cpus_at_exit() {
+    if !cpu_sheaf::on() {
+        return;
+    }
+    let secret = freelist::secret();
+    for cpu in cpu_sheaf::cpus() {
+        let Some(stopped) = cpu_sheaf::stop(cpu, LockWait::Try) else {
+            continue;
+        };
+        for class in 0..NUM_CLASSES {
+            let blocks = stopped.blocks(class);
+            for b in blocks {
+                // SAFETY: a block the stopped CPU's sheaf holds.
+                check(unsafe { take_sheaf_block(secret, b.get()) }, b.get());
+            }
+            for b in blocks {
+                // SAFETY: as above; its tag was there.
+                unsafe { set_sheaf_tag(secret, b.get()) };
+            }
         }
     }
 }

@@ -26,6 +26,7 @@
 //! the fast paths only compare a sheaf's length with its capacity.
 
 use crate::counters::Ev;
+use crate::cpu_sheaf;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
 use crate::sheaf::flush_oldest;
 use crate::size_class::{CLASS_BYTES, SHEAF_CAP, SHEAF_START};
@@ -69,6 +70,11 @@ pub fn refilled_whole(heap: &Heap, class: usize) {
 /// (taking budget from the pool as needed). A thread at its budget grows
 /// no further until the scavenger frees capacity of its idle classes.
 fn grow(heap: &Heap, class: usize) {
+    // Per-CPU mode: the threads' sheaves stay at their starts; capacity
+    // grows per CPU (`cpu_sheaf`).
+    if cpu_sheaf::on() {
+        return;
+    }
     let cap = heap.classes[class].sheaf().cap();
     let want = (cap * 2).min(SHEAF_CAP[class]);
     if want != cap && heap.sheaf_budget.fits(bytes(class, want - cap)) {

@@ -280,7 +280,7 @@ const THREAD_MAX_BYTES: usize = 1 << 20;
 const BUDGET_STEP: usize = 64 << 10;
 /// The budget the threads together may take beyond their starts
 /// (`counters::Global::sheaf_budget_taken` counts what they took).
-const POOL_BYTES: u64 = 32 << 20;
+pub const POOL_BYTES: u64 = 32 << 20;
 
 /// A heap's account of its sheaves' capacities: what its classes hold
 /// beyond their starts, in bytes, and the budget it took from the process's

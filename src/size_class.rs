@@ -58,7 +58,7 @@ static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = lookup_table();
 /// (`ZERO_OFFSET`), when that is on; `class_of(0)` is the smallest class.
 static LOOKUP_SCALED: [u16; LOOKUP_MAX + 1] = scaled_table();
 
-const fn class_sizes() -> [u32; NUM_CLASSES] {
+pub const fn class_sizes() -> [u32; NUM_CLASSES] {
     let mut sizes = [0u32; NUM_CLASSES];
     let mut i = 0;
     while i < 8 {
@@ -135,7 +135,7 @@ pub fn class_by_table(size: usize) -> usize {
 }
 
 /// The size of a thread heap's per-class part (`heap::ClassHeap`).
-pub const CLASS_SCALE: usize = 512;
+pub const CLASS_SCALE: usize = 576;
 
 /// The offset, in a thread heap, of the class heap that never has a
 /// sheaf (`heap::Heap::no_sheaf`): the `Slab::heap_offset` of slabs whose

@@ -10,6 +10,7 @@
 use core::fmt;
 
 use crate::counters::{global, Ev};
+use crate::cpu_sheaf;
 use crate::debug;
 use crate::heap;
 use crate::node::NODES;
@@ -122,6 +123,12 @@ stat_fields! {
     node_head: Some(("head", 7));
     /// Slabs it put at the tail.
     node_tail: Some(("tail", 7));
+    /// Freed blocks in the CPUs' sheaves (per-CPU mode), behind the
+    /// threads' sheaves (in use from their slabs' view).
+    cpu_objects: Some(("cpu", 6));
+    /// The blocks the CPUs' sheaves of the class may hold now, each CPU's
+    /// sized by the demand on it.
+    cpu_capacity: Some(("ccap", 5));
 }
 
 impl CacheStats {
@@ -183,7 +190,8 @@ stat_fields! {
     /// Background purger threads started (one lives while a purge is pending).
     purger_starts: ("purger starts", "");
     /// Sheaf capacity the threads took from the process's pool (32 MiB),
-    /// beyond the 64 KiB each may grow its sheaves by on its own.
+    /// beyond the 64 KiB each may grow its sheaves by on its own; in
+    /// per-CPU mode, the CPUs' sheaves' capacity, all of it from the pool.
     sheaf_budget_taken: ("sheaf budget taken", " B");
     /// Threads with a heap, alive.
     threads_alive: ("threads alive", "");
@@ -192,6 +200,14 @@ stat_fields! {
     /// Zero-size blocks live (`malloc(0)`): they hold no byte and lie in
     /// slabs of no class, whose memory is inaccessible.
     zero_size_blocks: ("zero-size blocks", "");
+    /// 1 if the process runs the per-CPU sheaves (restartable sequences),
+    /// 0 if not (`SLUBMALLOC_PERCPU=0`, no rseq registration, no membarrier).
+    percpu_mode: ("per-CPU mode", "");
+    /// The per-CPU sheaves' critical sections restarted (preemption,
+    /// migration, a signal, inside one).
+    rseq_restarts: ("rseq restarts", "");
+    /// CPUs stopped and drained (`trim`, the purge, the checks at exit).
+    cpu_drains: ("CPU drains", "");
 }
 
 /// A snapshot of every counter. Taking one costs O(threads + classes).
@@ -238,13 +254,21 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.sheaf_flushed = e(Ev::SheafFlushed);
         // A block in a sheaf or a barn is in use from its slab's view.
         let (to_barn, from_barn) = (e(Ev::SheafToBarn), e(Ev::SheafFromBarn));
+        let (to_cpu, from_cpu) = (e(Ev::SheafToCpu), e(Ev::CpuToSheaf));
+        let cpu_flushed = e(Ev::CpuFlushed);
+        // The CPUs' blocks flushed to their slabs are in `sheaf_flushed`
+        // too (so that `frees()` cancels the slab-level frees they count).
         c.sheaf_objects = c
             .free_sheaf
             .wrapping_sub(c.alloc_sheaf)
-            .wrapping_sub(c.sheaf_flushed)
+            .wrapping_sub(c.sheaf_flushed.wrapping_sub(cpu_flushed))
             .wrapping_sub(to_barn)
-            .wrapping_add(from_barn);
+            .wrapping_add(from_barn)
+            .wrapping_sub(to_cpu)
+            .wrapping_add(from_cpu);
         c.barn_objects = to_barn.wrapping_sub(from_barn);
+        c.cpu_objects = to_cpu.wrapping_sub(from_cpu).wrapping_sub(cpu_flushed);
+        c.cpu_capacity = e(Ev::CpuCapacity);
         c.sheaf_capacity = e(Ev::SheafCapacity);
         c.sheaf_scavenged = e(Ev::SheafScavenged);
         c.objects_in_use = c.allocs().wrapping_sub(c.frees());
@@ -281,6 +305,9 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         large_blocks: g.large_blocks.load(Ordering::Relaxed),
         large_bytes,
         zero_size_blocks: g.zero_size_blocks.load(Ordering::Relaxed),
+        percpu_mode: cpu_sheaf::on() as u64,
+        rseq_restarts: cpu_sheaf::restarts(),
+        cpu_drains: cpu_sheaf::drains(),
         large_cached_bytes: g.large_cached.load(Ordering::Relaxed),
         large_cache_limit_bytes: g.large_cache_limit.load(Ordering::Relaxed),
         large_cache_hits: g.large_cache_hits.load(Ordering::Relaxed),

@@ -14,13 +14,16 @@
 //!    not sampled, the profile's blocks come from its own heap (in debug
 //!    mode too), and the walk counts the profile's slabs before it takes
 //!    the orphan heap's lock.
-//! 2. One node lock (`node::NODES[class].lock`), never two at once: under
+//! 2. The per-CPU sheaves' lock (`cpu_sheaf`): a drain holds it while it
+//!    flushes a stopped CPU's blocks back to their slabs; a region is
+//!    mapped under it (with nothing taken under it).
+//! 3. One node lock (`node::NODES[class].lock`), never two at once: under
 //!    one, a slab is taken from or given back to its segment, and a purge
 //!    that falls due runs (`node::discard`, `purge::pass::slabs_freed`).
-//! 3. `segment::SEGMENTS` or the large blocks' table (`large::LARGE`), never
+//! 4. `segment::SEGMENTS` or the large blocks' table (`large::LARGE`), never
 //!    both: the purge takes one after the other (`purge::pass::purge_all`), and
 //!    neither calls out under its lock.
-//! 4. One class's barn (`barn::BARNS[class]`): its put and take copy block
+//! 5. One class's barn (`barn::BARNS[class]`): its put and take copy block
 //!    pointers and take nothing under it; taken with no lock held, or under
 //!    the orphan heap's (the purger's flush of the barns).
 //!

@@ -215,6 +215,8 @@ mod declared {
     pub const SA_RESTART: c_int = 0x1000_0000;
 
     pub const SYS_futex: c_long = 202;
+    pub const SYS_sched_getaffinity: c_long = 204;
+    pub const SYS_membarrier: c_long = 324;
     pub const FUTEX_WAIT: c_int = 0;
     pub const FUTEX_WAKE: c_int = 1;
     pub const FUTEX_PRIVATE_FLAG: c_int = 128;
@@ -364,6 +366,8 @@ mod declared {
                 assert_eq!(ours, theirs, "constant {i} of the list");
             }
             assert_eq!(super::SYS_futex, libc::SYS_futex);
+            assert_eq!(super::SYS_sched_getaffinity, libc::SYS_sched_getaffinity);
+            assert_eq!(super::SYS_membarrier, libc::SYS_membarrier);
             assert_eq!(super::GRND_NONBLOCK, libc::GRND_NONBLOCK);
             assert_eq!(super::AT_SECURE, libc::AT_SECURE);
             assert_eq!(super::MAP_FAILED, libc::MAP_FAILED);

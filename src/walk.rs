@@ -8,6 +8,7 @@
 //! barns waits for the walk (the orphan heap's lock).
 
 use crate::barn;
+use crate::cpu_sheaf;
 use crate::freelist;
 use crate::heap;
 use crate::large;
@@ -31,6 +32,8 @@ pub struct WalkedCache {
     pub sheaf_objects: u64,
     /// Objects in the class's barn.
     pub barn_objects: u64,
+    /// Objects in the CPUs' sheaves.
+    pub cpu_objects: u64,
     /// Slabs in use in the segments.
     pub slabs: u64,
     /// Threads' active slabs.
@@ -121,15 +124,17 @@ pub fn walk() -> Walk {
     });
     for class in 0..NUM_CLASSES {
         let barn = barn::BARNS[class].blocks();
+        let cpu = cpu_sheaf::held(class);
         // Wrapping: a walk that another thread's free crosses can count a
         // block twice (in its sheaf, then in the barn the full sheaf went
         // to); only a walk the statistics did not move across is compared
         // (`check_stats`), and no walk may panic.
         caches[class].objects_in_use = caches[class].objects_in_use.wrapping_sub(
-            free_on_slabs[class] + heaps.detached[class] + heaps.sheaves[class] + barn,
+            free_on_slabs[class] + heaps.detached[class] + heaps.sheaves[class] + barn + cpu,
         );
         caches[class].sheaf_objects = heaps.sheaves[class];
         caches[class].barn_objects = barn;
+        caches[class].cpu_objects = cpu;
     }
     let (medium_blocks, medium_bytes) = segment::walk_spans();
     Walk {
@@ -182,6 +187,7 @@ fn report_mismatches(s: &stats::Stats, w: &Walk) -> usize {
             objects_in_use: c.objects_in_use,
             sheaf_objects: c.sheaf_objects,
             barn_objects: c.barn_objects,
+            cpu_objects: c.cpu_objects,
             slabs: c.slabs,
             active_slabs: c.active_slabs,
             thread_partial_slabs: c.thread_partial_slabs,

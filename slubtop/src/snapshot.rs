@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use crate::target::{Error, Found, Target};
 
 /// The anchor layout this slubtop reads (`ANCHOR_VERSION` in src/anchor.rs).
-pub const ANCHOR_VERSION: u32 = 3;
+pub const ANCHOR_VERSION: u32 = 4;
 const ANCHOR_MAGIC: &[u8; 8] = b"SLUBANCH";
-const ANCHOR_BYTES: usize = 288;
+const ANCHOR_BYTES: usize = 312;
 /// Tries before giving up on a snapshot.
 pub const TRIES: u32 = 1000;
 
@@ -43,8 +43,12 @@ enum Ev {
     ActiveSlabs,
     ReturnedSlabs,
     FullSlabs,
+    SheafToCpu,
+    CpuToSheaf,
+    CpuFlushed,
+    CpuCapacity,
 }
-const EVENTS: usize = 21;
+const EVENTS: usize = 25;
 
 /// The anchor, as version 1 lays it out (src/anchor.rs).
 #[derive(Debug, Default)]
@@ -72,8 +76,9 @@ struct Anchor {
     /// segments, large_blocks, large_bytes, large_mapped, large_cached,
     /// large_cache_limit, large_cache_hits, background_purges,
     /// purger_starts, mmaps, purges, purged_bytes, medium_blocks,
-    /// medium_bytes, sheaf_budget_taken, zero_size_blocks.
-    globals: [u64; 16],
+    /// medium_bytes, sheaf_budget_taken, zero_size_blocks, percpu_mode,
+    /// rseq_restarts, cpu_drains.
+    globals: [u64; 19],
 }
 
 fn u32_at(b: &[u8], at: usize) -> u64 {
@@ -148,7 +153,7 @@ impl Anchor {
 }
 
 /// One size class, the fields of the in-process `CacheStats` in its order.
-pub const CACHE_FIELDS: [&str; 31] = [
+pub const CACHE_FIELDS: [&str; 33] = [
     "object_size",
     "objects_per_slab",
     "objects_in_use",
@@ -180,10 +185,12 @@ pub const CACHE_FIELDS: [&str; 31] = [
     "slabs_freed",
     "node_head",
     "node_tail",
+    "cpu_objects",
+    "cpu_capacity",
 ];
 
 /// The process-wide totals, the fields of the in-process `Totals` in order.
-pub const TOTALS_FIELDS: [&str; 20] = [
+pub const TOTALS_FIELDS: [&str; 23] = [
     "bytes_in_use",
     "bytes_mapped",
     "resident_bytes",
@@ -204,6 +211,9 @@ pub const TOTALS_FIELDS: [&str; 20] = [
     "threads_alive",
     "threads_exited",
     "zero_size_blocks",
+    "percpu_mode",
+    "rseq_restarts",
+    "cpu_drains",
 ];
 
 /// Indices into a class's values, for the views.
@@ -243,15 +253,15 @@ pub mod total {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
-    pub caches: Vec<[u64; 31]>,
-    pub totals: [u64; 20],
+    pub caches: Vec<[u64; 33]>,
+    pub totals: [u64; 23],
     /// Tries it took.
     pub tries: u32,
 }
 
 impl Snapshot {
     /// Whether the class has ever been used (`CacheStats::in_use`).
-    pub fn class_used(c: &[u64; 31]) -> bool {
+    pub fn class_used(c: &[u64; 33]) -> bool {
         c[field::SLABS] > 0
             || c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW] > 0
     }
@@ -278,7 +288,7 @@ struct Raw {
     sums: Vec<[u64; EVENTS]>,
     /// Per class, the node's nine fields.
     nodes: Vec<[u64; 9]>,
-    globals: [u64; 16],
+    globals: [u64; 19],
     alive: u64,
     exited: u64,
 }
@@ -484,15 +494,21 @@ impl Reader {
             let flushed = e(Ev::SheafFlushed);
             let (to_barn, from_barn) = (e(Ev::SheafToBarn), e(Ev::SheafFromBarn));
             let in_barn = to_barn.wrapping_sub(from_barn);
+            let (to_cpu, from_cpu) = (e(Ev::SheafToCpu), e(Ev::CpuToSheaf));
+            let cpu_flushed = e(Ev::CpuFlushed);
+            let in_cpus = to_cpu.wrapping_sub(from_cpu).wrapping_sub(cpu_flushed);
             let in_sheaves = free_sheaf
                 .wrapping_sub(alloc_sheaf)
-                .wrapping_sub(flushed)
-                .wrapping_sub(in_barn);
+                .wrapping_sub(flushed.wrapping_sub(cpu_flushed))
+                .wrapping_sub(in_barn)
+                .wrapping_sub(to_cpu)
+                .wrapping_add(from_cpu);
             let in_use = alloc_fast
                 .wrapping_add(alloc_slow)
                 .wrapping_sub(free_fast.wrapping_add(free_slow).wrapping_add(free_remote))
                 .wrapping_sub(in_sheaves)
-                .wrapping_sub(in_barn);
+                .wrapping_sub(in_barn)
+                .wrapping_sub(in_cpus);
             let allocated = e(Ev::SlabsNew).wrapping_add(slabs_new);
             let freed = e(Ev::SlabsFreed).wrapping_add(slabs_freed);
             let slabs = allocated.wrapping_sub(freed);
@@ -529,11 +545,13 @@ impl Reader {
                 freed,
                 added_head,
                 added_tail,
+                in_cpus,
+                e(Ev::CpuCapacity),
             ]);
             bytes_in_use = bytes_in_use.wrapping_add(in_use.wrapping_mul(object_size));
         }
         let g = raw.globals;
-        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged, medium_blocks, medium_bytes, sheaf_budget, zero_size_blocks] =
+        let [segments, large_blocks, large_bytes, large_mapped, large_cached, limit, hits, background, starts, mmaps, purges, purged, medium_blocks, medium_bytes, sheaf_budget, zero_size_blocks, percpu_mode, restarts, drains] =
             g;
         let totals = [
             bytes_in_use
@@ -560,6 +578,9 @@ impl Reader {
             raw.alive,
             raw.exited,
             zero_size_blocks,
+            percpu_mode,
+            restarts,
+            drains,
         ];
         Ok(Snapshot {
             caches,

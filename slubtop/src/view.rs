@@ -83,17 +83,17 @@ pub fn human(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
-fn allocs(c: &[u64; 31]) -> u64 {
+fn allocs(c: &[u64; 33]) -> u64 {
     c[field::ALLOC_SHEAF] + c[field::ALLOC_FAST] + c[field::ALLOC_SLOW]
 }
 
-fn frees(c: &[u64; 31]) -> u64 {
+fn frees(c: &[u64; 33]) -> u64 {
     (c[field::FREE_SHEAF] + c[field::FREE_FAST] + c[field::FREE_SLOW] + c[field::FREE_REMOTE])
         .wrapping_sub(c[field::FLUSHED])
 }
 
 /// Free slots as a percentage of the slots.
-fn frag(c: &[u64; 31]) -> f64 {
+fn frag(c: &[u64; 33]) -> f64 {
     if c[field::TOTAL] == 0 {
         0.0
     } else {
@@ -139,7 +139,7 @@ pub fn live_screen(
         t[total::THREADS_ALIVE],
         t[total::THREADS_EXITED],
     );
-    let rate = |class: usize, f: &dyn Fn(&[u64; 31]) -> u64| {
+    let rate = |class: usize, f: &dyn Fn(&[u64; 33]) -> u64| {
         previous
             .map(|(p, secs)| f(&now.caches[class]).wrapping_sub(f(&p.caches[class])) as f64 / secs)
     };

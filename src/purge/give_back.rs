@@ -9,7 +9,8 @@
 use crate::heap::{orphan_heap, Heap, ORPHAN_LOCK};
 use crate::node;
 use crate::purge::pass::{self, PurgeBy};
-use crate::sheaf::flush_barns;
+use crate::sheaf::{drain_cpus, flush_barns, CpuDrain};
+use crate::tls;
 
 /// The heap whose counters take the barns' blocks flushed before a purge.
 pub enum CountedIn<'a> {
@@ -41,12 +42,30 @@ pub fn purge_if_due(counted: CountedIn, by: PurgeBy) -> bool {
 #[cold]
 pub fn give_back_before_purge(counted: CountedIn) {
     match counted {
-        CountedIn::Heap(heap) => flush_barns(heap),
+        CountedIn::Heap(heap) => {
+            flush_barns(heap);
+            drain_cpus(heap, CpuDrain::Idle);
+        }
         CountedIn::OrphanHeap => {
             ORPHAN_LOCK.lock();
             flush_barns(orphan_heap());
+            drain_cpus(orphan_heap(), CpuDrain::Idle);
             ORPHAN_LOCK.unlock();
         }
     }
     node::discard_empty_slabs();
+}
+
+/// `trim()`: every CPU's sheaves go back to their slabs (per-CPU mode),
+/// counted in the calling thread's heap, or in the orphan heap, under its
+/// lock, for a thread that has none.
+pub fn drain_every_cpu() {
+    match tls::own_heap() {
+        Some(heap) => drain_cpus(heap, CpuDrain::All),
+        None => {
+            ORPHAN_LOCK.lock();
+            drain_cpus(orphan_heap(), CpuDrain::All);
+            ORPHAN_LOCK.unlock();
+        }
+    }
 }

@@ -1,5 +1,5 @@
 /* A process that is not slubmalloc but exports a `slubmalloc_anchor` of its
- * own making, laid out as version 3 of src/anchor.rs, over an empty registry
+ * own making, laid out as version 4 of src/anchor.rs, over an empty registry
  * (no live heap, zero counters): what slubtop does when the anchor says
  * something it must refuse (tests/processes/slubtop.rs).
  *
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { CLASSES = 64, EVENTS = 21, CLASS_HEAP = 512 };
+enum { CLASSES = 64, EVENTS = 25, CLASS_HEAP = 576 };
 
 struct registry {
     void *live;
@@ -41,15 +41,15 @@ struct anchor {
     uint32_t heap_next, class_heap_bytes, class_heap_counters, node_bytes;
     void *nodes;
     uint32_t node_fields[9];
-    uint64_t *globals[16];
+    uint64_t *globals[19];
 };
 
-_Static_assert(sizeof(struct anchor) == 288, "version 3 is 288 bytes");
+_Static_assert(sizeof(struct anchor) == 312, "version 4 is 312 bytes");
 
 static uint32_t class_bytes[CLASSES];
 static _Atomic uint64_t generation;
 static struct registry registry;
-/* One empty heap: 64 class heaps of 512 bytes and the one without a
+/* One empty heap: 64 class heaps of 576 bytes and the one without a
  * sheaf, then the `next` link. */
 static uint64_t heap[(CLASSES + 1) * CLASS_HEAP / 8 + 1];
 static void *orphan = heap, *prof = heap;
@@ -57,7 +57,7 @@ static uint64_t nodes[CLASSES * 10];
 static uint64_t zero;
 
 __attribute__((used)) struct anchor slubmalloc_anchor = {
-    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 3, 288, CLASSES, EVENTS,
+    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 4, 312, CLASSES, EVENTS,
     65536, 4 << 20,
     class_bytes, &generation, &registry,
     __builtin_offsetof(struct registry, live), __builtin_offsetof(struct registry, retired),
@@ -66,7 +66,8 @@ __attribute__((used)) struct anchor slubmalloc_anchor = {
     (CLASSES + 1) * CLASS_HEAP, CLASS_HEAP, 0, 80,
     nodes,
     {0, 8, 16, 24, 32, 40, 48, 56, 64},
-    {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero},
+    {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero,
+     &zero, &zero, &zero},
 };
 
 /* Each change as the allocator's `change_registry` makes it: odd, the

@@ -29,6 +29,7 @@ mod heap_profile;
 mod layout_check;
 mod medium_blocks;
 mod memory_lifecycle;
+mod percpu;
 mod random_ops;
 mod shared_slabs;
 mod sheaves;
@@ -63,6 +64,14 @@ fn debug_mode() -> bool {
 /// do not compete with each other for the CPU.
 fn fresh_process() -> Option<()> {
     fresh_process_with(&[])
+}
+
+/// `fresh_process` without the per-CPU sheaves (`SLUBMALLOC_PERCPU=0`):
+/// for the tests of how the threads' own sheaves size themselves and where
+/// a full one's blocks go (the barn, their slabs), which in per-CPU mode
+/// stay small and hand their overflow to their CPU's sheaf (`percpu`).
+fn fresh_process_per_thread_sheaves() -> Option<()> {
+    fresh_process_with(&[("SLUBMALLOC_PERCPU", "0")])
 }
 
 /// `fresh_process`, with `env` added to the new process's environment.

@@ -188,7 +188,7 @@ fn an_emptied_slab_serves_another_class_at_once() {
 /// as it was.
 #[test]
 fn an_idle_class_gives_its_empty_active_slab_back() {
-    let Some(_fresh) = crate::fresh_process() else {
+    let Some(_fresh) = crate::fresh_process_per_thread_sheaves() else {
         return;
     };
     let size_of_class = |size| *slubmalloc::stats().cache_for_size(size).unwrap();

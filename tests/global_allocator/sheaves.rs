@@ -14,7 +14,7 @@ const SIZE: usize = 250;
 /// there the test checks that instead, that blocks freed and allocated
 /// again never pass through a sheaf, and goes no further.
 fn with_sheaves() -> Option<()> {
-    crate::fresh_process()?;
+    crate::fresh_process_per_thread_sheaves()?;
     if std::env::var_os("SLUBMALLOC_DEBUG").is_some_and(|v| v == "1") {
         drop(blocks(4 * 256));
         drop(blocks(8));

@@ -278,7 +278,7 @@ fn objects_in_use_counts_exactly_the_live_blocks() {
 /// blocks allocated by a thread that exits and freed by another leave the
 /// node lists untouched and the counters exact, and go no further.
 fn with_node_lists() -> Option<()> {
-    crate::fresh_process()?;
+    crate::fresh_process_per_thread_sheaves()?;
     if !crate::debug_mode() {
         return Some(());
     }

@@ -590,7 +590,8 @@ pub fn parse_json_report(
             "{size} B: total {c:?}"
         );
         assert!(
-            c["objects_in_use"] + c["sheaf_objects"] + c["barn_objects"] <= c["objects_total"],
+            c["objects_in_use"] + c["sheaf_objects"] + c["barn_objects"] + c["cpu_objects"]
+                <= c["objects_total"],
             "{size} B: more in use than exist {c:?}"
         );
         assert_eq!(
@@ -607,7 +608,8 @@ pub fn parse_json_report(
                 <= c["objects_total"]
                     - c["objects_in_use"]
                     - c["sheaf_objects"]
-                    - c["barn_objects"],
+                    - c["barn_objects"]
+                    - c["cpu_objects"],
             "{size} B: more free objects on partial slabs than free objects {c:?}"
         );
         assert_eq!(
@@ -616,16 +618,18 @@ pub fn parse_json_report(
             "{size} B: slabs {c:?}"
         );
         // The slabs count what they handed out and took back; the sheaves'
-        // blocks are in use from their view, not held by the program.
+        // blocks (the threads', the barns', the CPUs') are in use from their
+        // view, not held by the program.
         let from_slabs =
             c["alloc_fast"] + c["alloc_slow"] - c["free_fast"] - c["free_slow"] - c["free_remote"];
+        let cached = c["sheaf_objects"] + c["barn_objects"] + c["cpu_objects"];
         assert_eq!(
-            c["sheaf_objects"] + c["barn_objects"],
+            cached,
             c["free_sheaf"] - c["alloc_sheaf"] - c["sheaf_flushed"],
-            "{size} B: in sheaves and the barn is frees into sheaves less what left them {c:?}"
+            "{size} B: in sheaves, the barn and the CPUs is frees into sheaves less what left them {c:?}"
         );
         assert_eq!(
-            c["objects_in_use"] + c["sheaf_objects"] + c["barn_objects"],
+            c["objects_in_use"] + cached,
             from_slabs,
             "{size} B: in use is allocations minus frees {c:?}"
         );

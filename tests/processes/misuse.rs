@@ -147,6 +147,32 @@ fn run(case: &str, place: &str, op: &str, env: &[(&str, &str)]) -> Output {
     common::run_guarded(&program("misuse"), &[case, place, op], true, env, LIMIT)
 }
 
+/// For the cases tests/c/misuse.c builds on the threads' own sheaves' sizes
+/// and their flush of a full sheaf's older half: per-CPU mode changes both
+/// (a thread's sheaf stays small, its overflow waits on its CPU's sheaf),
+/// so they run without it; `per_cpu_mode_stops_them_by_exit` runs them in
+/// per-CPU mode.
+const PER_THREAD_SHEAVES: &[(&str, &str)] = &[("SLUBMALLOC_PERCPU", "0")];
+
+/// In per-CPU mode the cases whose flush to the slabs the threads' sheaves
+/// no longer make (their overflow goes to the CPU's sheaf) are stopped
+/// later, but stopped: when the block leaves the CPU's sheaf or a thread's,
+/// at exit at the latest (`sheaf::check_at_exit` checks the CPUs' sheaves).
+#[test]
+fn per_cpu_mode_stops_them_by_exit() {
+    for (case, op, names) in [
+        ("double_free_active_slab", "free", DOUBLE_FREE),
+        ("double_free_sheaf_between", "flush", DOUBLE_FREE),
+        ("double_free_sheaf_flushed", "flush", DOUBLE_FREE),
+        ("sheaf_tag_written", "flush", SHEAF_TAG),
+    ] {
+        let o = run(case, "warm", op, &[]);
+        let addr = printed_address(&o);
+        let what = format!("misuse {case} warm {op} (per-CPU mode)");
+        assert_stopped_by_exit(&what, &o, names, addr, addr);
+    }
+}
+
 /// Runs `case` with `op` in each of `places` and expects each run stopped
 /// for one of `names`, naming a byte in `0..=slack` past the printed
 /// address (0: exactly it).
@@ -201,7 +227,14 @@ fn double_free_twice_in_a_row_is_stopped() {
     free_stopped("double_free", EVERYWHERE, DOUBLE_FREE);
     // Both frees past a full sheaf, into the thread's own slab
     // (`free_to_slab`), which reads the block.
-    free_stopped("double_free_active_slab", &["warm"], DOUBLE_FREE);
+    stopped_with(
+        "double_free_active_slab",
+        &["warm"],
+        "free",
+        PER_THREAD_SHEAVES,
+        DOUBLE_FREE,
+        0,
+    );
 }
 
 #[test]
@@ -357,11 +390,16 @@ fn double_free_in_a_sheaf_is_stopped_before_the_block_is_handed_out_twice() {
 #[test]
 fn double_free_in_a_sheaf_is_stopped_by_the_flush_that_meets_it() {
     for op in ["flush", "trim"] {
+        let env = if op == "flush" {
+            PER_THREAD_SHEAVES
+        } else {
+            &[]
+        };
         stopped_with(
             "double_free_sheaf_between",
             &["warm"],
             op,
-            &[],
+            env,
             DOUBLE_FREE,
             0,
         );
@@ -389,11 +427,16 @@ fn double_free_into_a_sheaf_of_a_block_flushed_back_to_its_slab_is_stopped() {
         DOUBLE_FREE,
     );
     for op in ["flush", "trim", "exit"] {
+        let env = if op == "flush" {
+            PER_THREAD_SHEAVES
+        } else {
+            &[]
+        };
         stopped_with(
             "double_free_sheaf_flushed",
             &["warm"],
             op,
-            &[],
+            env,
             DOUBLE_FREE,
             0,
         );
@@ -446,7 +489,12 @@ fn a_write_over_the_sheaf_tag_of_a_freed_block_is_stopped() {
     // checked as the block leaves the sheaf: handed out, flushed, at exit.
     stopped_before_handed_out_twice("sheaf_tag_written", WARM_REMOTE, "alloc", SHEAF_TAG);
     for op in ["flush", "trim", "exit"] {
-        stopped_with("sheaf_tag_written", &["warm"], op, &[], SHEAF_TAG, 0);
+        let env = if op == "flush" {
+            PER_THREAD_SHEAVES
+        } else {
+            &[]
+        };
+        stopped_with("sheaf_tag_written", &["warm"], op, env, SHEAF_TAG, 0);
     }
 }
 

@@ -486,7 +486,7 @@ fn slubtop_names_both_layout_versions() {
         )),
         "{err}"
     );
-    assert!(err.contains("this slubtop reads version 3"), "{err}");
+    assert!(err.contains("this slubtop reads version 4"), "{err}");
     assert!(
         err.contains("slubtop_crafted_anchor"),
         "names the file: {err}"
