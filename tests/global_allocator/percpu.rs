@@ -21,7 +21,12 @@ fn percpu_expected() -> bool {
 /// A fresh process that goes on (`Some`) in per-CPU mode; in the fallback
 /// it checks that the fallback is what runs, and goes no further.
 fn with_percpu() -> Option<()> {
-    crate::fresh_process()?;
+    with_percpu_and(&[])
+}
+
+/// `with_percpu`, with `env` added to the fresh process's environment.
+fn with_percpu_and(env: &[(&str, &str)]) -> Option<()> {
+    crate::fresh_process_with(env)?;
     let mode = slubmalloc::stats().totals.percpu_mode;
     assert_eq!(mode, percpu_expected() as u64, "the mode that runs");
     if mode == 0 {
@@ -380,7 +385,8 @@ fn a_section_migrated_inside_restarts_on_the_new_cpu() {
         static slubmalloc_rseq_window_inside: AtomicU8;
         static slubmalloc_rseq_window_gate: AtomicU8;
     }
-    let Some(()) = with_percpu() else {
+    // No purge: it would drain the CPUs' sheaves that went idle.
+    let Some(()) = with_percpu_and(&[("SLUBMALLOC_PURGE_DELAY_MS", "86400000")]) else {
         return;
     };
     assert!(online_cpus() >= 2, "the test needs two CPUs");
@@ -406,15 +412,37 @@ fn a_section_migrated_inside_restarts_on_the_new_cpu() {
             .map(|_| Vec::<u8>::with_capacity(SIZE))
             .collect::<Vec<_>>(),
     );
-    slubmalloc::trim();
-    let before = class_of(SIZE);
-    let restarts = slubmalloc::stats().totals.rseq_restarts;
+    // Blocks of the main thread's slabs: the worker's frees put every one
+    // on its sheaf (a block of its own slab would go to the slab past a
+    // full sheaf).
+    // Fewer than CPU 1's sheaf's first capacity (64 blocks), so that none
+    // goes past it to the barn.
+    let held: Vec<Vec<u8>> = (0..48).map(|_| Vec::with_capacity(SIZE)).collect();
+    let addrs: Vec<usize> = held.iter().map(|v| v.as_ptr() as usize).collect();
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let worker = thread::spawn(move || {
         pin(0, &[0]);
-        let held: Vec<Vec<u8>> = (0..64).map(|_| Vec::with_capacity(SIZE)).collect();
-        let addrs: Vec<usize> = held.iter().map(|v| v.as_ptr() as usize).collect();
+        // Past the objects a cold class takes from shared slabs, the class
+        // is warm: the thread's heap takes a sheaf of it. Then every CPU's
+        // sheaves are drained (their capacity with them), this thread's
+        // sheaf flushed.
+        drop(
+            (0..40)
+                .map(|_| Vec::<u8>::with_capacity(SIZE))
+                .collect::<Vec<_>>(),
+        );
+        slubmalloc::trim();
+        // CPU 0's sheaf of the class grows again and keeps room: a section
+        // that committed there after the move would be seen. The thread's
+        // own sheaf is flushed, so that the first push, the one held in the
+        // window, moves a block of the batch.
+        drop(
+            (0..40)
+                .map(|_| Vec::<u8>::with_capacity(SIZE))
+                .collect::<Vec<_>>(),
+        );
+        slubmalloc::thread_idle();
         let tp: u64;
         // SAFETY: reads the thread pointer.
         unsafe { std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp) };
@@ -423,9 +451,10 @@ fn a_section_migrated_inside_restarts_on_the_new_cpu() {
         go_rx.recv().unwrap();
         // The first overflow of the thread's sheaf pushes into the window.
         drop(held);
-        addrs
     });
     let (tid, tp) = tid_rx.recv().unwrap();
+    let before = class_of(SIZE);
+    let restarts = slubmalloc::stats().totals.rseq_restarts;
     inside.store(0, Ordering::SeqCst);
     gate.store(0, Ordering::SeqCst);
     target.store(tp, Ordering::SeqCst);
@@ -449,23 +478,30 @@ fn a_section_migrated_inside_restarts_on_the_new_cpu() {
     });
     target.store(0, Ordering::SeqCst);
     gate.store(1, Ordering::SeqCst);
-    let addrs = worker.join().unwrap();
+    worker.join().unwrap();
     assert!(slubmalloc::stats().totals.rseq_restarts > restarts);
     // The batch, and at its exit the rest of the worker's sheaf, went to
-    // CPU 1's sheaf: CPU 0's is empty, CPU 1's hands back all 64 blocks.
+    // CPU 1's sheaf.
     let c = class_of(SIZE);
-    assert_eq!(c.cpu_objects, before.cpu_objects + 64, "{c:?}");
+    assert_eq!(c.cpu_objects - before.cpu_objects, 48, "{c:?}");
     assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");
+    // The main thread's allocations take its own slab's free list first,
+    // then its CPU's sheaf: on CPU 0 none of the batch comes back, on
+    // CPU 1 all of it, each block once.
     pin(0, &[0]);
-    let on_0: Vec<Vec<u8>> = (0..64).map(|_| Vec::with_capacity(SIZE)).collect();
+    let on_0: Vec<Vec<u8>> = (0..1000).map(|_| Vec::with_capacity(SIZE)).collect();
     assert!(
         on_0.iter().all(|v| !addrs.contains(&(v.as_ptr() as usize))),
         "CPU 0 had the batch"
     );
     pin(0, &[1]);
-    let on_1: Vec<Vec<u8>> = (0..64).map(|_| Vec::with_capacity(SIZE)).collect();
-    let set: HashSet<usize> = on_1.iter().map(|v| v.as_ptr() as usize).collect();
-    assert_eq!(set.len(), 64);
+    let on_1: Vec<Vec<u8>> = (0..1000).map(|_| Vec::with_capacity(SIZE)).collect();
+    let set: HashSet<usize> = on_0
+        .iter()
+        .chain(&on_1)
+        .map(|v| v.as_ptr() as usize)
+        .collect();
+    assert_eq!(set.len(), 2000, "a block handed out twice");
     assert!(
         addrs.iter().all(|a| set.contains(a)),
         "a block of the batch was lost"
