@@ -21,6 +21,7 @@ mod out_of_memory;
 mod preload_contract;
 mod preload_real_programs;
 mod preload_threads;
+mod rseq_descriptors;
 mod secure_mode;
 mod single_threaded;
 mod slubtop;
