@@ -116,7 +116,7 @@ pub use imp::{pop_batch, push_batch, set_end};
     not(miri)
 ))]
 mod imp {
-    use super::RESTARTS;
+    use crate::cpu_sheaf::sections::RESTARTS;
     use crate::rseq::{tls_offset, CPU_ID, RSEQ_CS};
 
     /// Moves up to `n` pointers from `src` onto this CPU's sheaf of the
