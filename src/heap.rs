@@ -21,8 +21,8 @@ use crate::list::{End, Linked, List};
 use crate::os;
 use crate::purge;
 use crate::segment::SLAB_BYTES;
-use crate::sheaf_state::{Sheaf, SheafBody, SheafBudget, SheafHead};
-use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, SHEAF_START, ZERO_OFFSET};
+use crate::sheaf_state::{start_capacity, Sheaf, SheafBody, SheafBudget, SheafHead};
+use crate::size_class::{CLASS_BYTES, NO_SHEAF_OFFSET, NUM_CLASSES, ZERO_OFFSET};
 use crate::slab::Slab;
 use crate::sync::{fence, invariant, AtomicPtr, AtomicU64, Lock, LockWait, Locked, Ordering};
 
@@ -322,7 +322,7 @@ impl Heap {
         self.warm.set(self.warm.get() | 1 << class);
         if self.is_thread_heap() {
             let c = &self.classes[class];
-            let start = SHEAF_START[class];
+            let start = start_capacity(class);
             c.sheaf().open(start, c.misses());
             self.sheaf_budget.charge(class, 0, start, &c.ev);
         }

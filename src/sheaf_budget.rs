@@ -29,7 +29,8 @@ use crate::counters::Ev;
 use crate::cpu_sheaf;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
 use crate::sheaf::flush_oldest;
-use crate::size_class::{CLASS_BYTES, SHEAF_CAP, SHEAF_START};
+use crate::sheaf_state::start_capacity;
+use crate::size_class::{CLASS_BYTES, SHEAF_CAP};
 use crate::sync::invariant;
 
 /// Overflows of a thread's sheaves between two scavenges, per class the
@@ -70,8 +71,8 @@ pub fn refilled_whole(heap: &Heap, class: usize) {
 /// (taking budget from the pool as needed). A thread at its budget grows
 /// no further until the scavenger frees capacity of its idle classes.
 fn grow(heap: &Heap, class: usize) {
-    // Per-CPU mode: the threads' sheaves stay at their starts; capacity
-    // grows per CPU (`cpu_sheaf`).
+    // Per-CPU mode: the threads' sheaves keep their start capacities
+    // (`sheaf_state::start_capacity`); capacity grows per CPU (`cpu_sheaf`).
     if cpu_sheaf::on() {
         return;
     }
@@ -112,7 +113,8 @@ fn shrink(heap: &Heap, class: usize, cap: u32) {
 fn scavenge(heap: &Heap) {
     let last = heap.sheaf_budget.scavenged_at();
     let tick = heap.sheaf_budget.overflows();
-    for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
+    for (class, c) in heap.classes.iter().enumerate() {
+        let start = start_capacity(class);
         let sheaf = c.sheaf();
         let cap = sheaf.cap();
         if cap > start && sheaf.idle_since(last, tick, c.misses()) {
@@ -127,7 +129,8 @@ fn scavenge(heap: &Heap) {
 /// every open sheaf's capacity back to its start, or its gate closed at
 /// exit, and its budget beyond the start returned to the pool.
 pub fn return_to_pool(heap: &Heap, goes: ThreadGoes) {
-    for (class, (c, &start)) in heap.classes.iter().zip(&SHEAF_START).enumerate() {
+    for (class, c) in heap.classes.iter().enumerate() {
+        let start = start_capacity(class);
         let sheaf = c.sheaf();
         invariant!(sheaf.len() == 0);
         if !sheaf.is_open() {

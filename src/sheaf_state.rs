@@ -14,6 +14,7 @@ use core::ptr;
 use crate::counters::{global, Counters, Ev};
 use crate::freelist::{take_sheaf_block, SheafBlock, HARDENING};
 use crate::os;
+use crate::rseq;
 use crate::size_class::{CLASS_BYTES, SHEAF_CAP, SHEAF_MAX, SHEAF_START, SHEAF_THREAD_START_BYTES};
 use crate::sync::{invariant, Ordering};
 
@@ -245,6 +246,18 @@ impl<'a> Sheaf<'a> {
     pub fn idle_since(self, last: u32, tick: u32, misses: u64) -> bool {
         tick.wrapping_sub(self.body.used.get()) >= tick.wrapping_sub(last)
             && misses == self.body.demand.get()
+    }
+}
+
+/// The capacity a class's sheaf opens with (and keeps in per-CPU mode,
+/// where it never grows: `sheaf_budget`): `SHEAF_START`, or in per-CPU mode
+/// the class's most, `SHEAF_CAP` (32 blocks, 16 KiB at most), so that its
+/// overflow moves batches to its CPU's sheaf, not single blocks.
+pub fn start_capacity(class: usize) -> u32 {
+    if rseq::on() {
+        SHEAF_CAP[class]
+    } else {
+        SHEAF_START[class]
     }
 }
 
