@@ -147,11 +147,10 @@ fn run(case: &str, place: &str, op: &str, env: &[(&str, &str)]) -> Output {
     common::run_guarded(&program("misuse"), &[case, place, op], true, env, LIMIT)
 }
 
-/// For the cases tests/c/misuse.c builds on the threads' own sheaves' sizes
-/// and their flush of a full sheaf's older half: per-CPU mode changes both
-/// (a thread's sheaf stays small, its overflow waits on its CPU's sheaf),
-/// so they run without it; `per_cpu_mode_stops_them_by_exit` runs them in
-/// per-CPU mode.
+/// For the cases whose `flush` (tests/c/misuse.c: frees until the sheaf
+/// overflows and flushes its older half to the slabs) per-CPU mode does not
+/// make (the older half waits on the CPU's sheaf): they run without it;
+/// `per_cpu_mode_stops_them_by_exit` runs them in per-CPU mode.
 const PER_THREAD_SHEAVES: &[(&str, &str)] = &[("SLUBMALLOC_PERCPU", "0")];
 
 /// In per-CPU mode the cases whose flush to the slabs the threads' sheaves
@@ -161,7 +160,6 @@ const PER_THREAD_SHEAVES: &[(&str, &str)] = &[("SLUBMALLOC_PERCPU", "0")];
 #[test]
 fn per_cpu_mode_stops_them_by_exit() {
     for (case, op, names) in [
-        ("double_free_active_slab", "free", DOUBLE_FREE),
         ("double_free_sheaf_between", "flush", DOUBLE_FREE),
         ("double_free_sheaf_flushed", "flush", DOUBLE_FREE),
         ("sheaf_tag_written", "flush", SHEAF_TAG),
@@ -227,14 +225,7 @@ fn double_free_twice_in_a_row_is_stopped() {
     free_stopped("double_free", EVERYWHERE, DOUBLE_FREE);
     // Both frees past a full sheaf, into the thread's own slab
     // (`free_to_slab`), which reads the block.
-    stopped_with(
-        "double_free_active_slab",
-        &["warm"],
-        "free",
-        PER_THREAD_SHEAVES,
-        DOUBLE_FREE,
-        0,
-    );
+    free_stopped("double_free_active_slab", &["warm"], DOUBLE_FREE);
 }
 
 #[test]
