@@ -147,6 +147,64 @@ fn an_exiting_thread_leaves_its_sheaf_on_its_cpu() {
     assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");
 }
 
+/// A process forked while another thread drains the CPUs' sheaves (`trim`
+/// in a loop: it holds their lock for most of its time): each child finds
+/// the lock free (a region caught mid-drain is reset, `fork::child`),
+/// allocates and frees through its CPU's sheaves and drains them itself,
+/// within its alarm; every block it takes is distinct.
+#[test]
+fn a_child_forked_during_a_drain_drains_again() {
+    let Some(()) = with_percpu() else {
+        return;
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let trimmer = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                drop(
+                    (0..100)
+                        .map(|_| Vec::<u8>::with_capacity(200))
+                        .collect::<Vec<_>>(),
+                );
+                slubmalloc::trim();
+            }
+        })
+    };
+    for _ in 0..100 {
+        // SAFETY: the child calls only the allocator (which repairs itself
+        // in the child) and async-signal-safe functions, then `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe { libc::alarm(10) };
+            drop(
+                (0..300)
+                    .map(|_| Vec::<u8>::with_capacity(200))
+                    .collect::<Vec<_>>(),
+            );
+            slubmalloc::trim();
+            let again: Vec<Vec<u8>> = (0..300).map(|_| Vec::with_capacity(200)).collect();
+            let mut addrs: Vec<usize> = again.iter().map(|v| v.as_ptr() as usize).collect();
+            addrs.sort_unstable();
+            let distinct = addrs.windows(2).all(|w| w[0] != w[1]);
+            // SAFETY: ends the child without running the harness's exit.
+            unsafe { libc::_exit(if distinct { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child ended with status {status:#x} (SIGALRM {}: it hung)",
+            libc::SIGALRM
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    trimmer.join().unwrap();
+}
+
 /// Every descriptor of the sections linked into this binary (its
 /// `__rseq_cs` section, read in memory, relocated): version and flags 0,
 /// the abort address outside the section and preceded by glibc's
