@@ -71,7 +71,7 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
     let node = &NODES[class];
     let _g = node.lock.guard();
     // Empty, so nothing on its remote list (`inuse` counts those).
-    let remote = slab.begin_listing();
+    let (remote, _) = slab.begin_listing();
     invariant!(remote.is_null());
     if node.should_discard_empty(slab.objects.get(), Emptied::ByItsOwner) {
         node::discard(slab);
