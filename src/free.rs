@@ -16,7 +16,7 @@ use crate::freelist;
 use crate::heap::{owner_tag, Heap, MAX_THREAD_PARTIAL};
 use crate::list::End;
 use crate::node::{Freer, NODES};
-use crate::release::{keep_partial, release, slab_emptied, trim_partials};
+use crate::release::{bound_partials, bound_partials_locked, keep_partial, release, slab_emptied};
 use crate::slab::{self, double_free, invalid_free, Slab, Suspicion};
 use crate::sync::{AtomicPtr, Ordering};
 
@@ -111,17 +111,10 @@ impl Freer for ClassFreer<'_> {
     /// free and leave the slabs listed.
     fn keep_listed(&self, slab: &Slab) {
         NODES[self.class].lock.assert_held();
-        let c = &self.heap.classes[self.class];
-        while c.partial_count.get() >= MAX_THREAD_PARTIAL {
-            // SAFETY: the partial list is not empty; its slabs are ours.
-            release(
-                self.heap,
-                self.class,
-                unsafe { &*c.pop_partial() },
-                ptr::null_mut(),
-            );
-        }
-        c.push_partial(slab, End::Tail);
+        // The others within the bound first: the slab the thread frees
+        // into stays, whatever it holds.
+        bound_partials_locked(self.heap, self.class, MAX_THREAD_PARTIAL - 1);
+        self.heap.classes[self.class].push_partial(slab, End::Tail);
     }
 }
 
@@ -156,14 +149,14 @@ fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
     release(heap, class, slab, ptr::null_mut());
 }
 
-/// A slab we just claimed from FULL with a free joins our partial list; if
-/// that list is full, its slabs go to the node list first, in one lock hold.
+/// A slab we just claimed from FULL with a free joins our partial list,
+/// within its bound (`bound_partials`).
 fn adopt(heap: &Heap, class: usize, slab: &Slab) {
     heap.warm_up(class);
     slab.adopt(owner_tag(heap));
     heap.classes[class].ev.sub(Ev::FullSlabs, 1);
-    trim_partials(heap, class, MAX_THREAD_PARTIAL - 1);
     keep_partial(heap, class, slab);
+    bound_partials(heap, class, MAX_THREAD_PARTIAL);
 }
 
 /// A free into a slab the heap owns, reached through the slow path;

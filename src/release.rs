@@ -23,18 +23,58 @@ pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
     heap.classes[class].push_partial(slab, End::Tail);
 }
 
-/// Hands partial slabs to the node list, oldest first (they have gathered the
-/// most frees), until at most `keep` remain.
-pub fn trim_partials(heap: &Heap, class: usize, keep: u32) {
-    let c = &heap.classes[class];
-    if c.partial_count.get() <= keep {
+/// Free objects a thread keeps per class on its partial list, by object
+/// size: SLUB's `cpu_partial` (`slub_set_cpu_partial`: 6, 24, 52 or 120
+/// objects) doubled, as SLUB keeps a CPU's partial slabs to hold twice
+/// that (`cpu_partial_slabs`). The slabs handed back to the thread count
+/// once its refill takes them; its active slab does not count. What does
+/// not fit goes to the node list, where every thread finds it.
+pub fn partial_bound(class: usize) -> u32 {
+    match crate::size_class::CLASS_BYTES[class] {
+        4096.. => 12,
+        1024.. => 48,
+        256.. => 104,
+        _ => 240,
+    }
+}
+
+/// The free objects of `slab`, a slab on its owner's partial list: on its
+/// local list, never carved, and on its remote list (which `inuse` counts).
+pub fn partial_free(slab: &Slab) -> u32 {
+    slab.objects.get() - slab.inuse.get() + slab.remote_pending()
+}
+
+/// Hands partial slabs to the node list, the emptiest first (the ones
+/// another thread, or its segment, makes most of), until at most
+/// `max_slabs` remain and they hold at most `partial_bound` free objects.
+/// A walk of the partial list, the one lock hold only when slabs go.
+pub fn bound_partials(heap: &Heap, class: usize, max_slabs: u32) {
+    if !over_bound(heap, class, max_slabs) {
         return;
     }
     let _g = NODES[class].lock.guard();
-    while c.partial_count.get() > keep {
-        // SAFETY: the partial list is not empty; its slabs are ours.
-        release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());
+    bound_partials_locked(heap, class, max_slabs);
+}
+
+/// `bound_partials` with the node lock held.
+pub fn bound_partials_locked(heap: &Heap, class: usize, max_slabs: u32) {
+    NODES[class].lock.assert_held();
+    let c = &heap.classes[class];
+    while over_bound(heap, class, max_slabs) {
+        let Some(slab) = c.partial.iter().max_by_key(|s| partial_free(s)) else {
+            return;
+        };
+        c.unlink_partial(slab);
+        release(heap, class, slab, ptr::null_mut());
     }
+}
+
+/// Whether the class's partial list holds more than `max_slabs` slabs or
+/// more than `partial_bound` free objects.
+fn over_bound(heap: &Heap, class: usize, max_slabs: u32) -> bool {
+    let c = &heap.classes[class];
+    c.partial_count.get() > max_slabs
+        || c.partial.iter().map(partial_free).sum::<u32>() > partial_bound(class)
 }
 
 /// `release`s every slab of the thread partial list. Node lock held.
