@@ -90,7 +90,7 @@ impl Slab {
     /// OWNED one, before the first link is written (the caller's checks of
     /// the blocks). The run's blocks are live objects of this slab that
     /// the caller gives up.
-    #[inline]
+    #[inline(always)]
     pub fn push_remote_run(
         &self,
         head: *mut u8,
