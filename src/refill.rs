@@ -19,7 +19,9 @@ use crate::options;
 use crate::prof::sample;
 use crate::purge::give_back::{self, CountedIn};
 use crate::purge::pass::PurgeBy;
-use crate::release::{bound_partials, keep_partial, partial_bound, retire_active_if_empty};
+use crate::release::{
+    bound_partials, keep_partial, partial_bound, retire_active_if_empty, sweep_if_due,
+};
 use crate::segment;
 use crate::shared;
 use crate::sheaf;
@@ -84,6 +86,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
         give_back::purge_if_due(CountedIn::Heap(heap), PurgeBy::SlowPath);
+        sweep_if_due(heap);
     }
     // Looked at again: the barns' flush frees blocks of our active slabs
     // onto their detached lists, this class's among them.

@@ -168,42 +168,93 @@ fn active_is_empty(c: &ClassHeap, a: &Slab) -> bool {
     freelist::list_len(c.detached.get(), bound) == a.inuse.get()
 }
 
+/// Slow paths of a heap from one sweep of its classes to the next
+/// (`sweep_if_due`).
+const SWEEP_EVERY: u32 = 64;
+
+/// Remote frees waiting on a class's slabs below which the sweep leaves
+/// them with their owner whatever it allocates.
+const SWEEP_LEAST_REMOTE: u32 = 4;
+
+/// At every `SWEEP_EVERY`th slow path of `heap`: each warm class whose
+/// slabs hold more blocks freed by other threads, not taken yet (their
+/// remote counts, a load per slab), than the class allocated from its
+/// slabs since the last sweep hands its slabs on (`hand_on_class`). Such a
+/// class is fed by its sheaf (from the barn) or not used, so its slabs'
+/// free blocks would wait there for a refill that does not come, while
+/// other threads take new slabs. A thread that gets no remote frees, as a
+/// single-threaded program, only counts its slow paths and reads its
+/// slabs' counts.
+pub fn sweep_if_due(heap: &Heap) {
+    let n = heap.slow_paths.get() + 1;
+    if n < SWEEP_EVERY {
+        heap.slow_paths.set(n);
+        return;
+    }
+    heap.slow_paths.set(0);
+    let mut warm = heap.warm_classes();
+    while warm != 0 {
+        let class = warm.trailing_zeros() as usize;
+        warm &= warm - 1;
+        let c = &heap.classes[class];
+        let allocs = (c.ev.get(Ev::AllocFast) + c.ev.get(Ev::AllocSlow)) as u32;
+        let since = allocs.wrapping_sub(heap.swept_allocs[class].replace(allocs));
+        let a = c.active.get();
+        // SAFETY: our active slab is live and ours.
+        let waiting = (!a.is_null()).then(|| unsafe { &*a }.remote_pending());
+        let waiting =
+            waiting.unwrap_or(0) + c.partial.iter().map(|s| s.remote_pending()).sum::<u32>();
+        if waiting >= SWEEP_LEAST_REMOTE && waiting > since {
+            hand_on_class(heap, class, ptr::null_mut());
+        }
+    }
+}
+
+/// Hands every slab `class` holds in `heap` (its active slab with the
+/// detached list, its partial slabs, the slabs handed back to it) to the
+/// node list, or to their segments if empty, in one hold of the node lock
+/// (none if it holds no slab). `after` is what its `returned` stack holds
+/// then: empty, or `CLOSED` at the thread's exit.
+fn hand_on_class(heap: &Heap, class: usize, after: *mut Slab) {
+    let c = &heap.classes[class];
+    // Acquire: pairs with the Release CAS in `give_back`.
+    let mut r = c.returned.swap(after, Ordering::Acquire);
+    while !r.is_null() && r != CLOSED {
+        // SAFETY: slabs on our returned stack are live and ours.
+        let slab = unsafe { &*r };
+        r = slab.next.get();
+        c.ev.sub(Ev::ReturnedSlabs, 1);
+        c.push_partial(slab, End::Tail);
+    }
+    if c.active.get().is_null() && c.partial.is_empty() {
+        return;
+    }
+    let _g = NODES[class].lock.guard();
+    let a = c.set_active(ptr::null_mut());
+    if !a.is_null() {
+        // SAFETY: our active slab is live and ours.
+        release(
+            heap,
+            class,
+            unsafe { &*a },
+            c.detached.replace(ptr::null_mut()),
+        );
+    }
+    release_partials(heap, class);
+}
+
 /// `release`s every slab of `heap` (its thread goes idle or exits). At its
 /// exit, slabs can no longer be handed back to it.
 pub fn release_all(heap: &Heap, goes: ThreadGoes) {
-    for (class, c) in heap.classes.iter().enumerate() {
+    let after = match goes {
+        ThreadGoes::Idle => ptr::null_mut(),
+        ThreadGoes::Exits => CLOSED,
+    };
+    for class in 0..heap.classes.len() {
         // A cold class owns no slab, and none comes back to it (`shared`):
         // its class heap is not even read.
-        if !heap.is_warm(class) {
-            continue;
+        if heap.is_warm(class) {
+            hand_on_class(heap, class, after);
         }
-        let after = match goes {
-            ThreadGoes::Idle => ptr::null_mut(),
-            ThreadGoes::Exits => CLOSED,
-        };
-        // Acquire: pairs with the Release CAS in `give_back`.
-        let mut r = c.returned.swap(after, Ordering::Acquire);
-        while !r.is_null() && r != CLOSED {
-            // SAFETY: slabs on our returned stack are live and ours.
-            let slab = unsafe { &*r };
-            r = slab.next.get();
-            c.ev.sub(Ev::ReturnedSlabs, 1);
-            c.push_partial(slab, End::Tail);
-        }
-        if c.active.get().is_null() && c.partial.is_empty() {
-            continue;
-        }
-        let _g = NODES[class].lock.guard();
-        let a = c.set_active(ptr::null_mut());
-        if !a.is_null() {
-            // SAFETY: our active slab is live and ours.
-            release(
-                heap,
-                class,
-                unsafe { &*a },
-                c.detached.replace(ptr::null_mut()),
-            );
-        }
-        release_partials(heap, class);
     }
 }

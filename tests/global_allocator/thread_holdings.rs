@@ -89,3 +89,54 @@ fn a_threads_partial_slabs_stay_within_the_bound_and_the_surplus_serves_another_
     to_filler.send(()).unwrap();
     filler.join().unwrap();
 }
+
+/// A class whose slabs another thread frees into while their owner does
+/// not allocate from them hands them on at a sweep of the owner's slow
+/// paths (every 64th): one thread fills 3 slabs of 2304 B, another frees
+/// every block and exits, and the first then takes slow paths of another
+/// class only. Its slabs of 2304 B (its active slab, whose blocks wait on
+/// its remote list, and the one handed back) go to the node list and,
+/// empty, back to their segments; without the sweep the thread keeps them.
+#[test]
+fn a_class_that_gets_remote_frees_and_no_allocation_hands_its_slabs_on() {
+    if crate::debug_mode() {
+        return;
+    }
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    const SWEPT: usize = 2304;
+    let swept = |s: &slubmalloc::Stats| *s.cache_for_size(SWEPT).unwrap();
+    let (to_main, from_owner) = channel::<Vec<Box<[u8]>>>();
+    let (to_owner, from_main) = channel::<()>();
+    let owner = thread::spawn(move || {
+        let filled: Vec<Box<[u8]>> = (0..3 * (65536 / SWEPT))
+            .map(|i| vec![i as u8; SWEPT].into_boxed_slice())
+            .collect();
+        to_main.send(filled).unwrap();
+        from_main.recv().unwrap();
+        // Slow paths of another class only (a fresh slab of 1 KiB blocks
+        // is carved 4 blocks at a time): at least two sweeps.
+        let other: Vec<Box<[u8]>> = (0..1024)
+            .map(|i| vec![i as u8; 1024].into_boxed_slice())
+            .collect();
+        to_main.send(other).unwrap();
+        from_main.recv().unwrap();
+    });
+    let filled = from_owner.recv().unwrap();
+    thread::spawn(move || drop(filled)).join().unwrap();
+    let before = swept(&quiet_stats());
+    assert!(before.active_slabs >= 1 && before.slabs >= 3, "{before:?}");
+    to_owner.send(()).unwrap();
+    let other = from_owner.recv().unwrap();
+    let after = swept(&quiet_stats());
+    assert_eq!(after.active_slabs, before.active_slabs - 1, "{after:?}");
+    assert_eq!(after.returned_slabs, 0, "{after:?}");
+    assert!(
+        after.slabs_freed >= before.slabs_freed + 2,
+        "{before:?} then {after:?}"
+    );
+    drop(other);
+    to_owner.send(()).unwrap();
+    owner.join().unwrap();
+}
