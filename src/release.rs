@@ -11,6 +11,7 @@ use crate::freelist;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
 use crate::list::End;
 use crate::node::{self, Emptied, NODES};
+use crate::size_class::CLASS_BYTES;
 use crate::slab::{RemoteFrees, Slab, CLOSED};
 use crate::sync::{invariant, Ordering};
 
@@ -30,7 +31,7 @@ pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
 /// once its refill takes them; its active slab does not count. What does
 /// not fit goes to the node list, where every thread finds it.
 pub fn partial_bound(class: usize) -> u32 {
-    match crate::size_class::CLASS_BYTES[class] {
+    match CLASS_BYTES[class] {
         4096.. => 12,
         1024.. => 48,
         256.. => 104,
