@@ -16,7 +16,7 @@ use crate::freelist;
 use crate::heap::{owner_tag, Heap, MAX_THREAD_PARTIAL};
 use crate::list::End;
 use crate::node::{Freer, NODES};
-use crate::release::{bound_partials, bound_partials_locked, keep_partial, release, slab_emptied};
+use crate::release::{bound_partials, keep_partial, release, slab_emptied};
 use crate::slab::{self, double_free, invalid_free, Slab, Suspicion};
 use crate::sync::{AtomicPtr, Ordering};
 
@@ -111,10 +111,19 @@ impl Freer for ClassFreer<'_> {
     /// free and leave the slabs listed.
     fn keep_listed(&self, slab: &Slab) {
         NODES[self.class].lock.assert_held();
-        // The others within the bound first: the slab the thread frees
-        // into stays, whatever it holds.
-        bound_partials_locked(self.heap, self.class, MAX_THREAD_PARTIAL - 1);
-        self.heap.classes[self.class].push_partial(slab, End::Tail);
+        // Within the cap only: the thread frees into these slabs itself,
+        // and a listed slab takes each of its frees under the node lock.
+        let c = &self.heap.classes[self.class];
+        while c.partial_count.get() >= MAX_THREAD_PARTIAL {
+            // SAFETY: the partial list is not empty; its slabs are ours.
+            release(
+                self.heap,
+                self.class,
+                unsafe { &*c.pop_partial() },
+                ptr::null_mut(),
+            );
+        }
+        c.push_partial(slab, End::Tail);
     }
 }
 

@@ -173,9 +173,6 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 let p = c.pop_partial();
                 c.push_partial(a, End::Tail);
                 c.active.set(p);
-                // The partial slabs' remote frees since the last look may
-                // have taken them past the bound.
-                bound_partials(heap, class, MAX_THREAD_PARTIAL);
                 c.ev.inc(Ev::RefillPartial);
                 taken = true;
                 continue;

@@ -58,7 +58,7 @@ pub fn bound_partials(heap: &Heap, class: usize, max_slabs: u32) {
 }
 
 /// `bound_partials` with the node lock held.
-pub fn bound_partials_locked(heap: &Heap, class: usize, max_slabs: u32) {
+fn bound_partials_locked(heap: &Heap, class: usize, max_slabs: u32) {
     NODES[class].lock.assert_held();
     let c = &heap.classes[class];
     while over_bound(heap, class, max_slabs) {
@@ -173,19 +173,20 @@ fn active_is_empty(c: &ClassHeap, a: &Slab) -> bool {
 /// (`sweep_if_due`).
 const SWEEP_EVERY: u32 = 64;
 
-/// Remote frees waiting on a class's slabs below which the sweep leaves
-/// them with their owner whatever it allocates.
+/// Remote frees waiting on a class's active slab below which the sweep
+/// leaves the class's slabs with their owner whatever it allocates.
 const SWEEP_LEAST_REMOTE: u32 = 4;
 
 /// At every `SWEEP_EVERY`th slow path of `heap`: each warm class whose
-/// slabs hold more blocks freed by other threads, not taken yet (their
-/// remote counts, a load per slab), than the class allocated from its
-/// slabs since the last sweep hands its slabs on (`hand_on_class`). Such a
-/// class is fed by its sheaf (from the barn) or not used, so its slabs'
-/// free blocks would wait there for a refill that does not come, while
-/// other threads take new slabs. A thread that gets no remote frees, as a
-/// single-threaded program, only counts its slow paths and reads its
-/// slabs' counts.
+/// active slab holds `SWEEP_LEAST_REMOTE` blocks freed by other threads and
+/// not taken yet, and whose slabs (active and partial) hold more such
+/// blocks (their remote counts, a load per slab) than the class allocated
+/// from its slabs since the last sweep, hands its slabs on
+/// (`hand_on_class`). Such a class is fed by its sheaf (from the barn) or
+/// not used, so its slabs' free blocks would wait there for a refill that
+/// does not come, while other threads take new slabs. A thread that gets
+/// no remote frees, as a single-threaded program, only counts its slow
+/// paths and reads its active slabs' counts.
 pub fn sweep_if_due(heap: &Heap) {
     let n = heap.slow_paths.get() + 1;
     if n < SWEEP_EVERY {
@@ -202,10 +203,16 @@ pub fn sweep_if_due(heap: &Heap) {
         let since = allocs.wrapping_sub(heap.swept_allocs[class].replace(allocs));
         let a = c.active.get();
         // SAFETY: our active slab is live and ours.
-        let waiting = (!a.is_null()).then(|| unsafe { &*a }.remote_pending());
-        let waiting =
-            waiting.unwrap_or(0) + c.partial.iter().map(|s| s.remote_pending()).sum::<u32>();
-        if waiting >= SWEEP_LEAST_REMOTE && waiting > since {
+        let on_active = (!a.is_null()).then(|| unsafe { &*a }.remote_pending());
+        // The partial slabs' descriptors are read only for a class whose
+        // active slab gets remote frees: the sweep of a thread that gets
+        // none reads a line per warm class, not one per slab.
+        let on_active = on_active.unwrap_or(0);
+        if on_active < SWEEP_LEAST_REMOTE {
+            continue;
+        }
+        let waiting = on_active + c.partial.iter().map(|s| s.remote_pending()).sum::<u32>();
+        if waiting > since {
             hand_on_class(heap, class, ptr::null_mut());
         }
     }
