@@ -16,7 +16,7 @@ use crate::freelist;
 use crate::heap::{owner_tag, Heap, MAX_THREAD_PARTIAL};
 use crate::list::End;
 use crate::node::{Freer, NODES};
-use crate::release::{bound_partials, keep_partial, release, slab_emptied};
+use crate::release::{keep_partial, release, slab_emptied, trim_partials};
 use crate::slab::{self, double_free, invalid_free, Slab, Suspicion};
 use crate::sync::{AtomicPtr, Ordering};
 
@@ -158,14 +158,17 @@ fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
     release(heap, class, slab, ptr::null_mut());
 }
 
-/// A slab we just claimed from FULL with a free joins our partial list,
-/// within its bound (`bound_partials`).
+/// A slab we just claimed from FULL with a free joins our partial list; if
+/// that list is full, its slabs go to the node list first, in one lock hold.
+/// Within the cap only: the free is often the thread's own, into a slab it
+/// filled, and the partial slabs it would send on past `partial_bound` are
+/// the ones its own frees go to.
 fn adopt(heap: &Heap, class: usize, slab: &Slab) {
     heap.warm_up(class);
     slab.adopt(owner_tag(heap));
     heap.classes[class].ev.sub(Ev::FullSlabs, 1);
+    trim_partials(heap, class, MAX_THREAD_PARTIAL - 1);
     keep_partial(heap, class, slab);
-    bound_partials(heap, class, MAX_THREAD_PARTIAL);
 }
 
 /// A free into a slab the heap owns, reached through the slow path;

@@ -24,6 +24,20 @@ pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
     heap.classes[class].push_partial(slab, End::Tail);
 }
 
+/// Hands partial slabs to the node list, oldest first (they have gathered the
+/// most frees), until at most `keep` remain.
+pub fn trim_partials(heap: &Heap, class: usize, keep: u32) {
+    let c = &heap.classes[class];
+    if c.partial_count.get() <= keep {
+        return;
+    }
+    let _g = NODES[class].lock.guard();
+    while c.partial_count.get() > keep {
+        // SAFETY: the partial list is not empty; its slabs are ours.
+        release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());
+    }
+}
+
 /// Free objects a thread keeps per class on its partial list, by object
 /// size: SLUB's `cpu_partial` (`slub_set_cpu_partial`: 6, 24, 52 or 120
 /// objects) doubled, as SLUB keeps a CPU's partial slabs to hold twice
