@@ -144,9 +144,10 @@ pub struct Heap {
     pub idle_frees: [Cell<u32>; NUM_CLASSES],
     /// The heap's slow paths since its last sweep of its classes
     /// (`release::sweep_if_due`), and per class its allocations from its
-    /// slabs (truncated) at that sweep.
+    /// slabs and from its sheaf (truncated) at that sweep.
     pub slow_paths: Cell<u32>,
     pub swept_allocs: [Cell<u32>; NUM_CLASSES],
+    pub swept_sheaf_allocs: [Cell<u32>; NUM_CLASSES],
     /// The account of the sheaves' capacities (`sheaf_budget`); all 0 in a
     /// heap just mapped.
     pub sheaf_budget: SheafBudget,
@@ -290,6 +291,7 @@ impl Heap {
             self.idle_since[class].set(0);
             self.idle_frees[class].set(0);
             self.swept_allocs[class].set(0);
+            self.swept_sheaf_allocs[class].set(0);
         }
         self.slow_paths.set(0);
         self.warm.set(0);
@@ -362,6 +364,7 @@ impl Heap {
             idle_frees: [const { Cell::new(0) }; NUM_CLASSES],
             slow_paths: Cell::new(0),
             swept_allocs: [const { Cell::new(0) }; NUM_CLASSES],
+            swept_sheaf_allocs: [const { Cell::new(0) }; NUM_CLASSES],
             sheaf_budget: SheafBudget::new(),
         }
     }

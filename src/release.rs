@@ -191,14 +191,15 @@ const SWEEP_EVERY: u32 = 64;
 /// leaves the class's slabs with their owner whatever it allocates.
 const SWEEP_LEAST_REMOTE: u32 = 4;
 
-/// At every `SWEEP_EVERY`th slow path of `heap`: each warm class whose
-/// active slab holds `SWEEP_LEAST_REMOTE` blocks freed by other threads and
-/// not taken yet, and whose slabs (active and partial) hold more such
-/// blocks (their remote counts, a load per slab) than the class allocated
-/// from its slabs since the last sweep, hands its slabs on
-/// (`hand_on_class`). Such a class is fed by its sheaf (from the barn) or
-/// not used, so its slabs' free blocks would wait there for a refill that
-/// does not come, while other threads take new slabs. A thread that gets
+/// At every `SWEEP_EVERY`th slow path of `heap`: each warm class that
+/// allocated from its sheaf at least as much as from its slabs since the
+/// last sweep, whose active slab holds `SWEEP_LEAST_REMOTE` blocks freed by
+/// other threads and not taken yet, and whose slabs (active and partial)
+/// hold more such blocks (their remote counts, a load per slab) than the
+/// class allocated from them, hands its slabs on (`hand_on_class`). Such a
+/// class is fed by its sheaf (from the barn) or not used, so its slabs'
+/// free blocks would wait there for a refill that does not come, while
+/// other threads take new slabs. A thread that gets
 /// no remote frees, as a single-threaded program, only counts its slow
 /// paths and reads its active slabs' counts.
 pub fn sweep_if_due(heap: &Heap) {
@@ -215,6 +216,15 @@ pub fn sweep_if_due(heap: &Heap) {
         let c = &heap.classes[class];
         let allocs = (c.ev.get(Ev::AllocFast) + c.ev.get(Ev::AllocSlow)) as u32;
         let since = allocs.wrapping_sub(heap.swept_allocs[class].replace(allocs));
+        let sheaf_allocs = c.ev.get(Ev::AllocSheaf) as u32;
+        let sheaf_since =
+            sheaf_allocs.wrapping_sub(heap.swept_sheaf_allocs[class].replace(sheaf_allocs));
+        // A class that allocates from its slabs more than from its sheaf
+        // takes its remote frees at its refills: a producer whose blocks a
+        // consumer frees recycles its slabs.
+        if sheaf_since < since {
+            continue;
+        }
         let a = c.active.get();
         // SAFETY: our active slab is live and ours.
         let on_active = (!a.is_null()).then(|| unsafe { &*a }.remote_pending());
