@@ -111,6 +111,8 @@ impl Freer for ClassFreer<'_> {
     /// free and leave the slabs listed.
     fn keep_listed(&self, slab: &Slab) {
         NODES[self.class].lock.assert_held();
+        // Within the cap only: the thread frees into these slabs itself,
+        // and a listed slab takes each of its frees under the node lock.
         let c = &self.heap.classes[self.class];
         while c.partial_count.get() >= MAX_THREAD_PARTIAL {
             // SAFETY: the partial list is not empty; its slabs are ours.
@@ -158,6 +160,9 @@ fn list_claimed(heap: &Heap, class: usize, slab: &Slab) {
 
 /// A slab we just claimed from FULL with a free joins our partial list; if
 /// that list is full, its slabs go to the node list first, in one lock hold.
+/// Within the cap only: the free is often the thread's own, into a slab it
+/// filled, and the partial slabs it would send on past `partial_bound` are
+/// the ones its own frees go to.
 fn adopt(heap: &Heap, class: usize, slab: &Slab) {
     heap.warm_up(class);
     slab.adopt(owner_tag(heap));

@@ -142,6 +142,12 @@ pub struct Heap {
     pub idle_allocs: [Cell<u32>; NUM_CLASSES],
     pub idle_since: [Cell<u32>; NUM_CLASSES],
     pub idle_frees: [Cell<u32>; NUM_CLASSES],
+    /// The heap's slow paths since its last sweep of its classes
+    /// (`release::sweep_if_due`), and per class its allocations from its
+    /// slabs and from its sheaf (truncated) at that sweep.
+    pub slow_paths: Cell<u32>,
+    pub swept_allocs: [Cell<u32>; NUM_CLASSES],
+    pub swept_sheaf_allocs: [Cell<u32>; NUM_CLASSES],
     /// The account of the sheaves' capacities (`sheaf_budget`); all 0 in a
     /// heap just mapped.
     pub sheaf_budget: SheafBudget,
@@ -284,7 +290,10 @@ impl Heap {
             self.idle_allocs[class].set(0);
             self.idle_since[class].set(0);
             self.idle_frees[class].set(0);
+            self.swept_allocs[class].set(0);
+            self.swept_sheaf_allocs[class].set(0);
         }
+        self.slow_paths.set(0);
         self.warm.set(0);
         self.sheaf_budget.reset();
         self.next.set(ptr::null_mut());
@@ -353,6 +362,9 @@ impl Heap {
             idle_allocs: [const { Cell::new(0) }; NUM_CLASSES],
             idle_since: [const { Cell::new(0) }; NUM_CLASSES],
             idle_frees: [const { Cell::new(0) }; NUM_CLASSES],
+            slow_paths: Cell::new(0),
+            swept_allocs: [const { Cell::new(0) }; NUM_CLASSES],
+            swept_sheaf_allocs: [const { Cell::new(0) }; NUM_CLASSES],
             sheaf_budget: SheafBudget::new(),
         }
     }

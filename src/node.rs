@@ -421,7 +421,7 @@ impl Node {
         heap: &impl Freer,
     ) {
         let (head, tail) = (run[0].get(), run[run.len() - 1].get());
-        if slab.push_remote_run(head, tail, heap.tag(), || {}) == Push::Pushed {
+        if slab.push_remote_run(head, tail, run.len() as u32, heap.tag(), || {}) == Push::Pushed {
             return heap.count_remote(run.len() as u64);
         }
         // The run's links are no double frees: the blocks were checked.

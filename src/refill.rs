@@ -19,7 +19,9 @@ use crate::options;
 use crate::prof::sample;
 use crate::purge::give_back::{self, CountedIn};
 use crate::purge::pass::PurgeBy;
-use crate::release::{keep_partial, retire_active_if_empty, trim_partials};
+use crate::release::{
+    bound_partials, keep_partial, partial_bound, retire_active_if_empty, sweep_if_due,
+};
 use crate::segment;
 use crate::shared;
 use crate::sheaf;
@@ -84,6 +86,7 @@ fn refill_and_pop(heap: &Heap, class: usize) -> *mut u8 {
         // No node lock is held here (the orphan heap's lock comes before
         // them).
         give_back::purge_if_due(CountedIn::Heap(heap), PurgeBy::SlowPath);
+        sweep_if_due(heap);
     }
     // Looked at again: the barns' flush frees blocks of our active slabs
     // onto their detached lists, this class's among them.
@@ -266,7 +269,8 @@ fn retire_idle_active(heap: &Heap, class: usize) {
 }
 
 /// Takes slabs from the node list: the first becomes active, more go to the
-/// thread partial list until half a slab of free objects is gathered.
+/// thread partial list until half a slab of free objects is gathered, as
+/// long as they fit its bound (`partial_bound`; the list is empty here).
 fn take_from_node(heap: &Heap, class: usize) -> bool {
     let node = &NODES[class];
     let c = &heap.classes[class];
@@ -274,7 +278,7 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
         return false;
     }
     let _g = node.lock.guard();
-    let mut gathered = 0;
+    let (mut gathered, mut on_partial) = (0, 0);
     let mut got = false;
     loop {
         let s = node.first();
@@ -283,13 +287,18 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
         }
         // SAFETY: listed slabs are live; the node lock is held.
         let slab = unsafe { &*s };
+        let free = slab.objects.get() - slab.inuse.get();
+        if got && on_partial + free > partial_bound(class) {
+            break;
+        }
         node.take(slab, owner_tag(heap));
-        gathered += slab.objects.get() - slab.inuse.get();
+        gathered += free;
         if !got {
             c.set_active(s);
             got = true;
         } else {
             c.push_partial(slab, End::Head);
+            on_partial += free;
         }
         if gathered >= slab.objects.get() / 2 || c.partial_count.get() >= MAX_THREAD_PARTIAL {
             break;
@@ -298,8 +307,8 @@ fn take_from_node(heap: &Heap, class: usize) -> bool {
     got
 }
 
-/// Moves the slabs handed back to us onto the thread partial list; past
-/// twice the usual limit, the partial list goes to the node. False if none.
+/// Moves the slabs handed back to us onto the thread partial list, within
+/// its bound (`bound_partials`: the surplus to the node). False if none.
 fn take_returned(heap: &Heap, class: usize) -> bool {
     let c = &heap.classes[class];
     if c.returned.load(Ordering::Relaxed).is_null() {
@@ -314,6 +323,6 @@ fn take_returned(heap: &Heap, class: usize) -> bool {
         c.ev.sub(Ev::ReturnedSlabs, 1);
         keep_partial(heap, class, slab);
     }
-    trim_partials(heap, class, MAX_THREAD_PARTIAL);
+    bound_partials(heap, class, MAX_THREAD_PARTIAL);
     true
 }

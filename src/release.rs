@@ -11,6 +11,7 @@ use crate::freelist;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
 use crate::list::End;
 use crate::node::{self, Emptied, NODES};
+use crate::size_class::CLASS_BYTES;
 use crate::slab::{RemoteFrees, Slab, CLOSED};
 use crate::sync::{invariant, Ordering};
 
@@ -35,6 +36,60 @@ pub fn trim_partials(heap: &Heap, class: usize, keep: u32) {
         // SAFETY: the partial list is not empty; its slabs are ours.
         release(heap, class, unsafe { &*c.pop_partial() }, ptr::null_mut());
     }
+}
+
+/// Free objects a thread keeps per class on its partial list, by object
+/// size: SLUB's `cpu_partial` (`slub_set_cpu_partial`: 6, 24, 52 or 120
+/// objects) doubled, as SLUB keeps a CPU's partial slabs to hold twice
+/// that (`cpu_partial_slabs`). The slabs handed back to the thread count
+/// once its refill takes them; its active slab does not count. What does
+/// not fit goes to the node list, where every thread finds it.
+pub fn partial_bound(class: usize) -> u32 {
+    match CLASS_BYTES[class] {
+        4096.. => 12,
+        1024.. => 48,
+        256.. => 104,
+        _ => 240,
+    }
+}
+
+/// The free objects of `slab`, a slab on its owner's partial list: on its
+/// local list, never carved, and on its remote list (which `inuse` counts).
+pub fn partial_free(slab: &Slab) -> u32 {
+    slab.objects.get() - slab.inuse.get() + slab.remote_pending()
+}
+
+/// Hands partial slabs to the node list, the emptiest first (the ones
+/// another thread, or its segment, makes most of), until at most
+/// `max_slabs` remain and they hold at most `partial_bound` free objects.
+/// A walk of the partial list, the one lock hold only when slabs go.
+pub fn bound_partials(heap: &Heap, class: usize, max_slabs: u32) {
+    if !over_bound(heap, class, max_slabs) {
+        return;
+    }
+    let _g = NODES[class].lock.guard();
+    bound_partials_locked(heap, class, max_slabs);
+}
+
+/// `bound_partials` with the node lock held.
+fn bound_partials_locked(heap: &Heap, class: usize, max_slabs: u32) {
+    NODES[class].lock.assert_held();
+    let c = &heap.classes[class];
+    while over_bound(heap, class, max_slabs) {
+        let Some(slab) = c.partial.iter().max_by_key(|s| partial_free(s)) else {
+            return;
+        };
+        c.unlink_partial(slab);
+        release(heap, class, slab, ptr::null_mut());
+    }
+}
+
+/// Whether the class's partial list holds more than `max_slabs` slabs or
+/// more than `partial_bound` free objects.
+fn over_bound(heap: &Heap, class: usize, max_slabs: u32) -> bool {
+    let c = &heap.classes[class];
+    c.partial_count.get() > max_slabs
+        || c.partial.iter().map(partial_free).sum::<u32>() > partial_bound(class)
 }
 
 /// `release`s every slab of the thread partial list. Node lock held.
@@ -71,7 +126,7 @@ fn release_empty(heap: &Heap, class: usize, slab: &Slab) {
     let node = &NODES[class];
     let _g = node.lock.guard();
     // Empty, so nothing on its remote list (`inuse` counts those).
-    let remote = slab.begin_listing();
+    let (remote, _) = slab.begin_listing();
     invariant!(remote.is_null());
     if node.should_discard_empty(slab.objects.get(), Emptied::ByItsOwner) {
         node::discard(slab);
@@ -128,42 +183,110 @@ fn active_is_empty(c: &ClassHeap, a: &Slab) -> bool {
     freelist::list_len(c.detached.get(), bound) == a.inuse.get()
 }
 
+/// Slow paths of a heap from one sweep of its classes to the next
+/// (`sweep_if_due`).
+const SWEEP_EVERY: u32 = 64;
+
+/// Remote frees waiting on a class's active slab below which the sweep
+/// leaves the class's slabs with their owner whatever it allocates.
+const SWEEP_LEAST_REMOTE: u32 = 4;
+
+/// At every `SWEEP_EVERY`th slow path of `heap`: each warm class that
+/// allocated from its sheaf at least as much as from its slabs since the
+/// last sweep, whose active slab holds `SWEEP_LEAST_REMOTE` blocks freed by
+/// other threads and not taken yet, and whose slabs (active and partial)
+/// hold more such blocks (their remote counts, a load per slab) than the
+/// class allocated from them, hands its slabs on (`hand_on_class`). Such a
+/// class is fed by its sheaf (from the barn) or not used, so its slabs'
+/// free blocks would wait there for a refill that does not come, while
+/// other threads take new slabs. A thread that gets
+/// no remote frees, as a single-threaded program, only counts its slow
+/// paths and reads its active slabs' counts.
+pub fn sweep_if_due(heap: &Heap) {
+    let n = heap.slow_paths.get() + 1;
+    if n < SWEEP_EVERY {
+        heap.slow_paths.set(n);
+        return;
+    }
+    heap.slow_paths.set(0);
+    let mut warm = heap.warm_classes();
+    while warm != 0 {
+        let class = warm.trailing_zeros() as usize;
+        warm &= warm - 1;
+        let c = &heap.classes[class];
+        let allocs = (c.ev.get(Ev::AllocFast) + c.ev.get(Ev::AllocSlow)) as u32;
+        let since = allocs.wrapping_sub(heap.swept_allocs[class].replace(allocs));
+        let sheaf_allocs = c.ev.get(Ev::AllocSheaf) as u32;
+        let sheaf_since =
+            sheaf_allocs.wrapping_sub(heap.swept_sheaf_allocs[class].replace(sheaf_allocs));
+        // A class that allocates from its slabs more than from its sheaf
+        // takes its remote frees at its refills: a producer whose blocks a
+        // consumer frees recycles its slabs.
+        if sheaf_since < since {
+            continue;
+        }
+        let a = c.active.get();
+        // SAFETY: our active slab is live and ours.
+        let on_active = (!a.is_null()).then(|| unsafe { &*a }.remote_pending());
+        // The partial slabs' descriptors are read only for a class whose
+        // active slab gets remote frees: the sweep of a thread that gets
+        // none reads a line per warm class, not one per slab.
+        let on_active = on_active.unwrap_or(0);
+        if on_active < SWEEP_LEAST_REMOTE {
+            continue;
+        }
+        let waiting = on_active + c.partial.iter().map(|s| s.remote_pending()).sum::<u32>();
+        if waiting > since {
+            hand_on_class(heap, class, ptr::null_mut());
+        }
+    }
+}
+
+/// Hands every slab `class` holds in `heap` (its active slab with the
+/// detached list, its partial slabs, the slabs handed back to it) to the
+/// node list, or to their segments if empty, in one hold of the node lock
+/// (none if it holds no slab). `after` is what its `returned` stack holds
+/// then: empty, or `CLOSED` at the thread's exit.
+fn hand_on_class(heap: &Heap, class: usize, after: *mut Slab) {
+    let c = &heap.classes[class];
+    // Acquire: pairs with the Release CAS in `give_back`.
+    let mut r = c.returned.swap(after, Ordering::Acquire);
+    while !r.is_null() && r != CLOSED {
+        // SAFETY: slabs on our returned stack are live and ours.
+        let slab = unsafe { &*r };
+        r = slab.next.get();
+        c.ev.sub(Ev::ReturnedSlabs, 1);
+        c.push_partial(slab, End::Tail);
+    }
+    if c.active.get().is_null() && c.partial.is_empty() {
+        return;
+    }
+    let _g = NODES[class].lock.guard();
+    let a = c.set_active(ptr::null_mut());
+    if !a.is_null() {
+        // SAFETY: our active slab is live and ours.
+        release(
+            heap,
+            class,
+            unsafe { &*a },
+            c.detached.replace(ptr::null_mut()),
+        );
+    }
+    release_partials(heap, class);
+}
+
 /// `release`s every slab of `heap` (its thread goes idle or exits). At its
 /// exit, slabs can no longer be handed back to it.
 pub fn release_all(heap: &Heap, goes: ThreadGoes) {
-    for (class, c) in heap.classes.iter().enumerate() {
+    let after = match goes {
+        ThreadGoes::Idle => ptr::null_mut(),
+        ThreadGoes::Exits => CLOSED,
+    };
+    for class in 0..heap.classes.len() {
         // A cold class owns no slab, and none comes back to it (`shared`):
         // its class heap is not even read.
-        if !heap.is_warm(class) {
-            continue;
+        if heap.is_warm(class) {
+            hand_on_class(heap, class, after);
         }
-        let after = match goes {
-            ThreadGoes::Idle => ptr::null_mut(),
-            ThreadGoes::Exits => CLOSED,
-        };
-        // Acquire: pairs with the Release CAS in `give_back`.
-        let mut r = c.returned.swap(after, Ordering::Acquire);
-        while !r.is_null() && r != CLOSED {
-            // SAFETY: slabs on our returned stack are live and ours.
-            let slab = unsafe { &*r };
-            r = slab.next.get();
-            c.ev.sub(Ev::ReturnedSlabs, 1);
-            c.push_partial(slab, End::Tail);
-        }
-        if c.active.get().is_null() && c.partial.is_empty() {
-            continue;
-        }
-        let _g = NODES[class].lock.guard();
-        let a = c.set_active(ptr::null_mut());
-        if !a.is_null() {
-            // SAFETY: our active slab is live and ours.
-            release(
-                heap,
-                class,
-                unsafe { &*a },
-                c.detached.replace(ptr::null_mut()),
-            );
-        }
-        release_partials(heap, class);
     }
 }

@@ -230,7 +230,7 @@ fn kept_empty(c: &ClassHeap) -> Option<&Slab> {
 fn discard(c: &ClassHeap, slab: &Slab) {
     let _g = NODES[slab.class.get() as usize].lock.guard();
     // Empty, never on a remote list (no heap frees into it remotely).
-    let remote = slab.begin_listing();
+    let (remote, _) = slab.begin_listing();
     invariant!(remote.is_null());
     node::discard(slab);
     c.ev.inc(Ev::SlabsFreed);

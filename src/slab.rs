@@ -9,12 +9,14 @@
 //! that word is what other threads act on (an `owner` id says who owns an
 //! OWNED slab, `on_partial` is the owner's private note of which list):
 //!
-//! - OWNED (`OWNED_TAG`, the rest of the word a remote free list): a heap
-//!   owns it (`owner`), or a freer that just claimed it from FULL (`owner`
-//!   0) until it hands it on. Only the owner touches `local_free`, `inuse`,
-//!   the links, and writes `carved`; any other thread frees by pushing onto
-//!   the remote list with one CAS (`push_remote`; a sheaf's flush pushes a
-//!   run of blocks linked already, `push_remote_run`).
+//! - OWNED (`OWNED_TAG`, the bits above it a remote free list, the bits
+//!   from `ADDRESS_BITS` up its length): a heap owns it (`owner`), or a
+//!   freer that just claimed it from FULL (`owner` 0) until it hands it on.
+//!   Only the owner touches `local_free`, `inuse`, the links, and writes
+//!   `carved`; any other thread frees by pushing onto the remote list with
+//!   one CAS, which adds to its length (`push_remote`; a sheaf's flush
+//!   pushes a run of blocks linked already, `push_remote_run`), so that the
+//!   owner knows the slab's free objects with one load (`remote_pending`).
 //! - FULL (the word is 0): no owner, on no list, no free object. The first
 //!   free claims it with one CAS (`try_claim_full`, no lock), then gives it
 //!   back to the heap that filled it (`give_back`, onto that heap's
@@ -51,7 +53,7 @@ use crate::freelist::{clear_link, link_is_sane, link_slots, pop, set_next_with, 
 use crate::list::Linked;
 use crate::options;
 use crate::os;
-use crate::size_class::{segment_of, Divisor, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
+use crate::size_class::{segment_of, Divisor, ADDRESS_BITS, DIVISORS, SLAB_BYTES, SLAB_SHIFT};
 use crate::sync::{invariant, AtomicU32, AtomicUsize, Cell, Ordering};
 
 /// The low bits of the state word that hold the state.
@@ -91,10 +93,32 @@ impl State {
     }
 }
 
+/// The shift of an OWNED word's remote count: every block lies below
+/// `1 << ADDRESS_BITS` (`segment::mark_mapped`), so the list's head leaves
+/// the bits from there up free, and a slab's objects (at most
+/// `SLAB_BYTES / 16`) fit in them.
+const COUNT_SHIFT: usize = ADDRESS_BITS;
+const _: () = assert!(SLAB_BYTES / 16 < 1 << (usize::BITS as usize - COUNT_SHIFT));
+/// The bits of a state word that hold the remote list's head.
+const LIST_MASK: usize = ((1 << COUNT_SHIFT) - 1) & !TAG_MASK;
+
 /// The remote free list held in a state word.
 #[inline(always)]
 pub fn remote_list(word: usize) -> *mut u8 {
-    (word & !TAG_MASK) as *mut u8
+    (word & LIST_MASK) as *mut u8
+}
+
+/// The length of the remote free list held in an OWNED state word (0 in
+/// any other state's).
+#[inline(always)]
+pub fn remote_count(word: usize) -> u32 {
+    (word >> COUNT_SHIFT) as u32
+}
+
+/// The OWNED state word of a remote list of `count` blocks from `head`.
+#[inline(always)]
+fn owned_word(head: *mut u8, count: u32) -> usize {
+    head as usize | OWNED_TAG | (count as usize) << COUNT_SHIFT
 }
 
 /// A heap's `returned` stack once its thread has exited: `give_back`
@@ -388,15 +412,16 @@ impl Slab {
 
     /// OWNED -> LISTED, node lock held: the owner gives the slab up (to be
     /// linked on the node list, made FULL or FREE by the caller) and gets
-    /// its remote list, which the caller merges. After this, freers see
-    /// LISTED and queue on the node lock.
-    pub fn begin_listing(&self) -> *mut u8 {
+    /// its remote list and that list's length, which the caller merges.
+    /// After this, freers see LISTED and queue on the node lock.
+    pub fn begin_listing(&self) -> (*mut u8, u32) {
         invariant!(self.state() == State::Owned);
         self.owner.store(0, Ordering::Relaxed);
         self.on_partial.set(false);
         self.next.set(ptr::null_mut());
         // Acquire: sees the remote freers' links (their Release CAS).
-        remote_list(self.word.0.swap(LISTED_WORD, Ordering::Acquire))
+        let word = self.word.0.swap(LISTED_WORD, Ordering::Acquire);
+        (remote_list(word), remote_count(word))
     }
 
     /// OWNED -> LISTED with its lists merged, node lock held: the owner
@@ -407,12 +432,13 @@ impl Slab {
     /// come in.
     pub fn list_with(&self, detached: *mut u8) -> (u32, RemoteFrees) {
         let bound = self.objects.get();
-        let remote = self.begin_listing();
+        let (remote, count) = self.begin_listing();
         // `inuse` counts what is not on `local_free` (see `inuse`), so of
         // the lists only the detached and the remote one are walked.
         let local = self.carved() - self.inuse.get();
         let (list, detached_n) = crate::freelist::list_join(detached, self.local_free.get(), bound);
         let (list, remote_n) = crate::freelist::list_join(remote, list, bound);
+        invariant!(remote_n == count, self as *const Slab);
         let free = detached_n + local + remote_n + self.uncarved();
         self.local_free.set(list);
         self.inuse.set(bound - free);
@@ -593,7 +619,7 @@ impl Slab {
     pub fn detach_free(&self) -> *mut u8 {
         let mut list = self.local_free.replace(ptr::null_mut());
         if list.is_null() {
-            list = self.take_remote();
+            list = self.take_remote().0;
         }
         if !list.is_null() {
             self.set_inuse_active();

@@ -8,24 +8,34 @@ use core::ptr;
 
 use crate::freelist::set_next;
 use crate::slab::{
-    double_free, invalid_free, remote_list, Push, Slab, State, Suspicion, CLOSED, FULL_WORD,
-    OWNED_TAG, TAG_MASK,
+    double_free, invalid_free, owned_word, remote_count, remote_list, Push, Slab, State, Suspicion,
+    CLOSED, FULL_WORD, OWNED_TAG, TAG_MASK,
 };
 use crate::sync::{invariant, AtomicPtr, Ordering};
 
 impl Slab {
-    /// OWNED, by its owner: takes the remote free list, or null if empty.
-    /// A plain load first: the swap is a locked instruction on the line the
-    /// freers write, not worth paying when nothing came.
+    /// OWNED, by its owner: takes the remote free list and its length
+    /// (null and 0 if empty). A plain load first: the swap is a locked
+    /// instruction on the line the freers write, not worth paying when
+    /// nothing came.
     #[inline]
-    pub fn take_remote(&self) -> *mut u8 {
+    pub fn take_remote(&self) -> (*mut u8, u32) {
         invariant!(self.state() == State::Owned);
         if self.word.0.load(Ordering::Relaxed) == OWNED_TAG {
-            return ptr::null_mut();
+            return (ptr::null_mut(), 0);
         }
         // Acquire: pairs with the Release CAS of each remote free, so the
         // links written by the freers are visible.
-        remote_list(self.word.0.swap(OWNED_TAG, Ordering::Acquire))
+        let word = self.word.0.swap(OWNED_TAG, Ordering::Acquire);
+        (remote_list(word), remote_count(word))
+    }
+
+    /// OWNED, for its owner: the blocks on the remote list now, which
+    /// `inuse` still counts. Relaxed: a count, no link is followed; more
+    /// may come at any time, none leave but by the owner.
+    #[inline]
+    pub fn remote_pending(&self) -> u32 {
+        remote_count(self.word.0.load(Ordering::Relaxed))
     }
 
     /// OWNED -> FULL, by its owner `owner`, when the slab has no free object
@@ -64,7 +74,7 @@ impl Slab {
     /// that tries again keeps the `suspicion` it read first.
     #[inline]
     pub fn push_remote(&self, p: *mut u8, me: usize, suspicion: Suspicion) -> Push {
-        self.push_remote_run(p, p, me, || {
+        self.push_remote_run(p, p, 1, me, || {
             if !self.is_object_start(p) {
                 invalid_free(p);
             }
@@ -74,17 +84,18 @@ impl Slab {
         })
     }
 
-    /// `push_remote` for a run of blocks linked already, `head` to `tail`
+    /// `push_remote` for a run of `n` blocks linked already, `head` to `tail`
     /// (a sheaf's flush: blocks of one slab one after another), with one
-    /// CAS; `check` runs once the slab is known to be another heap's
+    /// CAS that adds `n` to the list's length; `check` runs once the slab is known to be another heap's
     /// OWNED one, before the first link is written (the caller's checks of
     /// the blocks). The run's blocks are live objects of this slab that
     /// the caller gives up.
-    #[inline]
+    #[inline(always)]
     pub fn push_remote_run(
         &self,
         head: *mut u8,
         tail: *mut u8,
+        n: u32,
         me: usize,
         check: impl FnOnce(),
     ) -> Push {
@@ -112,7 +123,7 @@ impl Slab {
             // swap in `take_remote` or `begin_listing`.
             match self.word.0.compare_exchange(
                 r,
-                head as usize | OWNED_TAG,
+                owned_word(head, remote_count(r) + n),
                 Ordering::Release,
                 Ordering::Acquire,
             ) {

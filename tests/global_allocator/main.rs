@@ -34,6 +34,7 @@ mod random_ops;
 mod shared_slabs;
 mod sheaves;
 mod stats_exact;
+mod thread_holdings;
 mod threads;
 
 /// Set in the child process to the name of the one test it runs.

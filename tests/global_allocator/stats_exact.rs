@@ -77,7 +77,7 @@ fn assert_holdings_add_up(s: &slubmalloc::Stats) {
 
 /// A snapshot during which the counters did not move (the harness's own
 /// thread may allocate while it reports the previous test).
-fn quiet_stats() -> slubmalloc::Stats {
+pub fn quiet_stats() -> slubmalloc::Stats {
     (0..1000)
         .find_map(|_| {
             let before = slubmalloc::stats();

@@ -144,12 +144,30 @@ fn collect(mut list: *mut u8, into: &mut BTreeSet<usize>) {
     }
 }
 
+/// The owner's take of its remote list (`Slab::take_remote`), checking the
+/// length the state word counted against the list it took.
+fn take_remote(slab: &Slab) -> *mut u8 {
+    let (list, count) = slab.take_remote();
+    let mut on_list = 0;
+    let mut p = list;
+    while !p.is_null() {
+        on_list += 1;
+        // SAFETY: a free object of the model's slab, ours since the take.
+        p = unsafe { get_next(p) };
+    }
+    assert_eq!(
+        count, on_list,
+        "the remote count disagrees with the remote list"
+    );
+    list
+}
+
 /// The owner's refill of an active slab with no free object left: it
 /// collects the remote list (`Some`), or, if none came, makes the slab FULL
 /// (`None`).
 fn refill_or_make_full(slab: &Slab) -> Option<*mut u8> {
     loop {
-        let list = slab.take_remote();
+        let list = take_remote(slab);
         if !list.is_null() {
             return Some(list);
         }
@@ -203,7 +221,8 @@ fn collected_all(
     for f in freers {
         f.join().unwrap();
     }
-    assert!(slab.take_remote().is_null());
+    assert_eq!(slab.remote_pending(), 0);
+    assert!(take_remote(slab).is_null());
     assert_eq!(*collected, pushed);
     let mut on_local = BTreeSet::new();
     collect(slab.local_free.get(), &mut on_local);
@@ -225,7 +244,7 @@ fn take_from_node(node: &Node, slab: &Slab) {
 fn free_in_owned(slab: &Slab) -> BTreeSet<usize> {
     let mut free = BTreeSet::new();
     collect(slab.local_free.get(), &mut free);
-    collect(slab.take_remote(), &mut free);
+    collect(take_remote(slab), &mut free);
     free
 }
 
@@ -378,7 +397,10 @@ fn remote_frees_reach_the_owner_while_it_frees_and_collects() {
             .into_iter()
             .map(|p| {
                 thread::spawn(move || {
-                    assert_eq!(slab.push_remote(p as *mut u8, OTHER, Suspicion::Clear), Push::Pushed);
+                    assert_eq!(
+                        slab.push_remote(p as *mut u8, OTHER, Suspicion::Clear),
+                        Push::Pushed
+                    );
                 })
             })
             .collect();
@@ -388,7 +410,7 @@ fn remote_frees_reach_the_owner_while_it_frees_and_collects() {
         // joined them.
         let mut collected = BTreeSet::new();
         while collected.len() < 2 {
-            collect(slab.take_remote(), &mut collected);
+            collect(take_remote(slab), &mut collected);
             thread::yield_now();
         }
         collected_all(slab, freers, &collected, BTreeSet::from([a, b]), c);
@@ -481,7 +503,7 @@ fn a_take_from_the_node_races_a_free_into_the_listed_slab() {
         free_local(slab, d);
         let node = Arc::new(Node::new());
         node.lock.lock();
-        assert!(slab.begin_listing().is_null());
+        assert_eq!(slab.begin_listing(), (core::ptr::null_mut(), 0));
         node.add(slab, RemoteFrees::NoneCame);
         node.lock.unlock();
         let n = node.clone();
@@ -692,7 +714,7 @@ fn runs_pushed_by_two_freers_reach_the_owner_while_it_frees_and_collects() {
         let mut collected = BTreeSet::new();
         let mut refills = 0;
         while collected.len() < 4 {
-            collect(slab.take_remote(), &mut collected);
+            collect(take_remote(slab), &mut collected);
             refills += 1;
             assert!(refills < 64, "only {collected:?} came");
             thread::yield_now();
