@@ -73,6 +73,11 @@ DESCRIPTIONS = {
     "own_table": "one thread replaces random blocks of its own table of 1,024 (4 B..32 KiB, inverse-square "
     "sizes, every byte written): a thread reusing what it freed, blocks warm",
     "own_table2": "own_table with 2 threads, each on its own table: no block leaves its thread",
+    "server": "a tokio server on 2 workers: 64 client tasks send serialized JSON requests (1-16 lines) "
+    "through channels to 4 handler tasks, which parse them and send back JSON responses; bodies often "
+    "freed on the other worker",
+    "server_cache": "the same runtime: 32 tasks insert, copy out and remove values of 16 B..4 KiB in 16 "
+    "shards of a shared HashMap of 65,536 keys",
 }
 
 

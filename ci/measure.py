@@ -152,13 +152,19 @@ WORKLOADS = {
     "shared_churn32": ("{bin}/shared_table 32 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
     "shared_churn64": ("{bin}/shared_table 64 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
     "shared_churn256": ("{bin}/shared_table 256 {n} 10000 eighth", (400000, 2000000, 8000000), 1),
+    # A tokio server on 2 workers (benches/server, built only when named):
+    # n requests of serialized JSON through channels between client and
+    # handler tasks, about half freed on the other worker; n operations of
+    # 32 tasks on a sharded cache of 16 B-4 KiB values.
+    "server": ("{bin}/server pipeline {n}", (10000, 50000, 200000), 1),
+    "server_cache": ("{bin}/server cache {n}", (500000, 2000000, 8000000), 1),
 }
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300, "st": 32}, "small": {"gen": 10, "ms": 1000, "st": 32},
             "full": {"gen": 20, "ms": 2000, "st": 32}, "big": {"gen": 20, "ms": 2000, "st": 64}}
 BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
                    "large_replace,big_heap,huge_heap,emptied_heap,huge_emptied_heap,big_blocks,many_big_blocks,startup,"
                    "size_cycle,hello,prodcons,shared_table,random_table,own_table,own_table2,"
-                   "shared_churn4,shared_churn16,shared_churn32,shared_churn64")
+                   "shared_churn4,shared_churn16,shared_churn32,shared_churn64,server,server_cache")
 # What `bench` adds to the default list at one size.
 BENCH_WORKLOADS_AT = {"big": ",shared_churn256"}
 PEERS = {
@@ -364,6 +370,15 @@ def build_c():
             sh(["rustc", "--edition", "2021", "-O", "-o", exe, src])
 
 
+def build_server():
+    """benches/server (tokio and serde_json, a workspace of its own) into
+    target/measure/bin/server, when a server workload is named."""
+    target = os.path.join(ROOT, TREE, "server")
+    sh(["cargo", "build", "--release", "--quiet", "--manifest-path",
+        os.path.join(ROOT, "benches", "server", "Cargo.toml"), "--target-dir", target])
+    shutil.copy2(os.path.join(target, "release", "server"), os.path.join(ROOT, BIN, "server"))
+
+
 # --------------------------------------------------------------------------
 # Commands
 
@@ -407,6 +422,7 @@ def named_workloads(names, size, threads):
     python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else shutil.which("python3")
     sqlite = shutil.which("sqlite3")
     out = []
+    built_server = False
     for w in names:
         if w not in WORKLOADS:
             die(f"unknown workload {w} (known: {', '.join(WORKLOADS)})")
@@ -414,6 +430,9 @@ def named_workloads(names, size, threads):
             say("warning: sqlite3 not found, workload sqlite skipped")
             continue
         text, ns, per = WORKLOADS[w]
+        if "{bin}/server " in text and not built_server:
+            build_server()
+            built_server = True
         fill = dict(PER_SIZE[size], T=threads, bin=BIN, python=python, sqlite=sqlite or "sqlite3")
         for k, val in fill.items():
             text = text.replace("{" + k + "}", str(val))
