@@ -13,7 +13,7 @@
 //! (`heap::REGISTRY_GENERATION`), written on the slow paths that create a
 //! thread's heap or end a thread.
 //!
-//! Layout version 4 (`ANCHOR_VERSION`): every field below, in this order,
+//! Layout version 5 (`ANCHOR_VERSION`): every field below, in this order,
 //! 64-bit addresses; the counters of a class heap in the order of
 //! `counters::Ev`; what the reader computes from them is `stats::build`'s
 //! arithmetic. Change any of that and the version changes with it, here and
@@ -23,19 +23,19 @@
 use core::mem::{offset_of, size_of};
 
 use crate::counters::{Counters, Ev, Global, GLOBAL};
-use crate::cpu_sheaf::{DRAINS, RESTARTS};
+use crate::cpu_sheaf::{Region, BOUND, CAPACITY_OFFSET, CLASS_BEGIN, DRAINS, REGIONS, RESTARTS};
 use crate::heap::{ClassHeap, Heap, Registry, ORPHAN, PROF, REGISTRY, REGISTRY_GENERATION};
 use crate::list::List;
 use crate::node::{Node, NODES};
 use crate::os::{MMAPS, PURGED_BYTES, PURGES};
 use crate::rseq::PERCPU_MODE;
 use crate::size_class::{CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTES, SLAB_BYTES};
-use crate::sync::{AtomicPtr, AtomicU64};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize};
 
 /// The first eight bytes of the anchor.
 pub const ANCHOR_MAGIC: [u8; 8] = *b"SLUBANCH";
 /// The layout of `Anchor` and of what it points to, as the reader must know it.
-pub const ANCHOR_VERSION: u32 = 4;
+pub const ANCHOR_VERSION: u32 = 5;
 
 /// Where the statistics live. Addresses are the process's own; offsets are
 /// bytes from the start of the struct named.
@@ -91,6 +91,16 @@ pub struct Anchor {
     /// medium blocks, their bytes, the sheaf budget the threads took,
     /// zero-size blocks, the per-CPU mode, rseq restarts, CPU drains.
     globals: [*const AtomicU64; 19],
+    /// Per-CPU mode: `[*mut Region; *cpu_bound]`, each CPU's sheaves, null
+    /// until first used (the pointer to the array null in the fallback).
+    /// A region starts with a `u32` header per class, `current` in its low
+    /// 16 bits: the class holds `current - cpu_class_begin[class]` blocks.
+    cpu_regions: *const AtomicPtr<AtomicPtr<Region>>,
+    cpu_bound: *const AtomicUsize,
+    /// `[u32; num_classes]`.
+    cpu_class_begin: *const u32,
+    /// Offset in a region: its bytes of capacity, a `u64`.
+    cpu_region_capacity: u32,
 }
 
 // SAFETY: the anchor is never written; its pointers name statics.
@@ -161,11 +171,15 @@ pub static ANCHOR: Anchor = Anchor {
         &raw const RESTARTS,
         &raw const DRAINS,
     ],
+    cpu_regions: &raw const REGIONS,
+    cpu_bound: &raw const BOUND,
+    cpu_class_begin: &raw const CLASS_BEGIN as *const u32,
+    cpu_region_capacity: CAPACITY_OFFSET as u32,
 };
 
 // What the reader takes for granted: a counter block is `Ev::COUNT` u64s;
-// on 64-bit targets the anchor is 312 bytes, 4 of them padding after the
-// node offsets, and node gauges are 8 bytes.
+// on 64-bit targets the anchor is 344 bytes, 4 of them padding after the
+// node offsets and 4 at the end, and node gauges are 8 bytes.
 const _: () = assert!(size_of::<Counters>() == Ev::COUNT * 8);
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(size_of::<Anchor>() == 312);
+const _: () = assert!(size_of::<Anchor>() == 344);

@@ -102,7 +102,7 @@ pub const MAX: [u32; NUM_CLASSES] = {
     max
 };
 
-/// Per class, its first slot in a region.
+/// Per class, its first slot in a region (`CLASS_BEGIN` for the anchor).
 const BEGIN: [u32; NUM_CLASSES] = {
     let mut begin = [0; NUM_CLASSES];
     let mut next = FIRST_SLOT as u32;
@@ -115,6 +115,10 @@ const BEGIN: [u32; NUM_CLASSES] = {
     begin
 };
 
+/// `BEGIN`, where the anchor can name it: a reader outside the process
+/// takes a class's blocks on a CPU as its header's `current` less this.
+pub static CLASS_BEGIN: [u32; NUM_CLASSES] = BEGIN;
+
 /// Slots in a region, headers included.
 const REGION_SLOTS: usize = (BEGIN[NUM_CLASSES - 1] + MAX[NUM_CLASSES - 1]) as usize;
 const REGION_BYTES: usize = (REGION_SLOTS * 8).next_multiple_of(os::PAGE_BYTES);
@@ -125,13 +129,17 @@ const _: () = assert!(NUM_CLASSES <= HEADER_WORDS);
 /// A CPU's region: its headers and `Meta`, then its slots (raw memory past
 /// the struct).
 #[repr(C)]
-struct Region {
+pub struct Region {
     /// Per class: `current | end << 16`, written only in sections on the
     /// region's CPU, or by a drainer that stopped it.
     headers: [AtomicU32; HEADER_WORDS],
     meta: Meta,
 }
 const _: () = assert!(core::mem::size_of::<Region>() <= FIRST_SLOT * 8);
+
+/// Where a region keeps its bytes of capacity, from its start (the anchor's).
+pub const CAPACITY_OFFSET: usize =
+    core::mem::offset_of!(Region, meta) + core::mem::offset_of!(Meta, capacity_bytes);
 
 /// What the slow paths keep of a region.
 #[repr(C)]
@@ -152,10 +160,11 @@ static STOPPED: [AtomicU32; HEADER_WORDS] = [const { AtomicU32::new(0) }; HEADER
 /// The table's entry for CPU 0 (entries -2 and -1 before it), null outside
 /// per-CPU mode: what the sections index.
 static TABLE: AtomicPtr<AtomicPtr<Region>> = AtomicPtr::new(ptr::null_mut());
-/// Per CPU, its region once mapped, whether or not stopped.
-static REGIONS: AtomicPtr<AtomicPtr<Region>> = AtomicPtr::new(ptr::null_mut());
-/// Entries of each (CPU ids below it).
-static BOUND: AtomicUsize = AtomicUsize::new(0);
+/// Per CPU, its region once mapped, whether or not stopped; named by the
+/// anchor.
+pub static REGIONS: AtomicPtr<AtomicPtr<Region>> = AtomicPtr::new(ptr::null_mut());
+/// Entries of each (CPU ids below it); named by the anchor.
+pub static BOUND: AtomicUsize = AtomicUsize::new(0);
 
 /// Taken to map a region and to stop a CPU; its holder may take a node lock
 /// (a drain flushes blocks back to their slabs).
@@ -555,6 +564,36 @@ pub fn held(class: usize) -> u64 {
         n += (unpack(h).0 - BEGIN[class]) as u64;
     }
     n
+}
+
+/// What `cpu`'s sheaves hold (`stats::cpu_stats`), read without stopping
+/// it: per class the header's `current` less the class's first slot, as a
+/// section leaves it; no walk.
+pub fn holds(cpu: usize) -> CpuHolds {
+    let r = region_of(cpu);
+    invariant!(!r.is_null());
+    // SAFETY: a mapped region stays mapped.
+    let region = unsafe { &*r };
+    let mut held = CpuHolds::default();
+    for (class, h) in region.headers.iter().take(NUM_CLASSES).enumerate() {
+        // Relaxed: a snapshot of a gauge.
+        let n = (unpack(h.load(Ordering::Relaxed)).0 - BEGIN[class]) as u64;
+        held.objects += n;
+        held.bytes += n * SIZES[class] as u64;
+    }
+    held.capacity_bytes = region.meta.capacity_bytes.load(Ordering::Relaxed);
+    held
+}
+
+/// A CPU's sheaves, all classes (`holds`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuHolds {
+    /// Blocks.
+    pub objects: u64,
+    /// Their bytes, at their classes' sizes.
+    pub bytes: u64,
+    /// Bytes of capacity, with growth reserved and not yet committed.
+    pub capacity_bytes: u64,
 }
 
 /// In a forked child: a region its parent's thread was mapping or draining

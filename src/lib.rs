@@ -158,7 +158,7 @@ use core::alloc::{GlobalAlloc, Layout};
 
 pub use options::TABLE as ENVIRONMENT_VARIABLES;
 pub use size_class::{MAX_SMALL_BYTES, NUM_CLASSES};
-pub use stats::{stats, CacheStats, Stats, Summary, Totals};
+pub use stats::{cpu_stats, stats, CacheStats, CpuStats, Stats, Summary, Totals};
 pub use walk::{check_stats, walk, Walk, WalkedCache};
 
 /// The allocator. Use it as `#[global_allocator]`.

@@ -210,6 +210,39 @@ stat_fields! {
     cpu_drains: ("CPU drains", "");
 }
 
+stat_fields! {
+    /// One CPU's sheaves (per-CPU mode), all classes: what its region's
+    /// headers say when read (`cpu_stats`). In the text report a field is
+    /// a column.
+    CpuStats, CPU_COLUMNS: (&'static str, usize);
+    /// The CPU's id.
+    cpu: ("cpu", 5);
+    /// Freed blocks in its sheaves (the classes' `cpu_objects` summed over
+    /// the CPUs, when no thread moves blocks).
+    objects: ("objects", 9);
+    /// Their bytes, at their classes' sizes.
+    bytes: ("bytes", 11);
+    /// The bytes its sheaves may hold now, sized by the demand on it
+    /// (within 1 MiB; growth reserved and not yet committed included).
+    capacity_bytes: ("capacity", 9);
+}
+
+/// Each CPU whose sheaves were ever used (per-CPU mode; none in the
+/// fallback), lowest id first, read as the iterator reaches it: a CPU's
+/// row is its sheaves' lengths at that moment, taken from their headers
+/// without stopping the CPU or walking anything (O(classes) a CPU).
+pub fn cpu_stats() -> impl Iterator<Item = CpuStats> {
+    cpu_sheaf::cpus().map(|cpu| {
+        let h = cpu_sheaf::holds(cpu);
+        CpuStats {
+            cpu: cpu as u64,
+            objects: h.objects,
+            bytes: h.bytes,
+            capacity_bytes: h.capacity_bytes,
+        }
+    })
+}
+
 /// A snapshot of every counter. Taking one costs O(threads + classes).
 #[derive(Clone, Debug)]
 pub struct Stats {
@@ -397,12 +430,19 @@ impl Stats {
     }
 
     /// Writes the snapshot as one JSON document: `caches` (the classes in
-    /// use, each with every field of `CacheStats`) and `totals`.
+    /// use, each with every field of `CacheStats`), `cpus` (`cpu_stats`,
+    /// read as it is written) and `totals`.
     pub fn write_json(&self, w: &mut impl fmt::Write) -> fmt::Result {
         w.write_str("{\"caches\":[")?;
         for (i, c) in self.caches.iter().filter(|c| c.in_use()).enumerate() {
             w.write_str(if i == 0 { "{" } else { ",{" })?;
             write_json_fields(w, CacheStats::FIELDS, c.values())?;
+            w.write_str("}")?;
+        }
+        w.write_str("],\"cpus\":[")?;
+        for (i, c) in cpu_stats().enumerate() {
+            w.write_str(if i == 0 { "{" } else { ",{" })?;
+            write_json_fields(w, CpuStats::FIELDS, c.values())?;
             w.write_str("}")?;
         }
         w.write_str("],\"totals\":{")?;
@@ -422,7 +462,8 @@ impl Stats {
 
 impl fmt::Display for Stats {
     /// A table in the spirit of /proc/slabinfo, one row per class in use
-    /// (the fields with a column in `CacheStats`), then the totals; the
+    /// (the fields with a column in `CacheStats`), then the totals, then in
+    /// per-CPU mode a row per CPU (`cpu_stats`, read as it is written); the
     /// alternate form (`{:#}`) is the one-line [`Summary`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if f.alternate() {
@@ -446,7 +487,20 @@ impl fmt::Display for Stats {
         for (i, (value, (label, unit))) in self.totals.values().zip(Totals::LABELS).enumerate() {
             write!(f, "{}{label} {value}{unit}", if i == 0 { "" } else { ", " })?;
         }
-        writeln!(f)
+        writeln!(f)?;
+        for (row, c) in cpu_stats().enumerate() {
+            if row == 0 {
+                for (i, (header, width)) in CpuStats::CPU_COLUMNS.iter().enumerate() {
+                    write!(f, "{}{header:>width$}", if i == 0 { "" } else { " " })?;
+                }
+                writeln!(f)?;
+            }
+            for (i, (value, (_, width))) in c.values().zip(CpuStats::CPU_COLUMNS).enumerate() {
+                write!(f, "{}{value:>width$}", if i == 0 { "" } else { " " })?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
     }
 }
 

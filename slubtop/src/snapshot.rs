@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use crate::target::{Error, Found, Target};
 
 /// The anchor layout this slubtop reads (`ANCHOR_VERSION` in src/anchor.rs).
-pub const ANCHOR_VERSION: u32 = 4;
+pub const ANCHOR_VERSION: u32 = 5;
 const ANCHOR_MAGIC: &[u8; 8] = b"SLUBANCH";
-const ANCHOR_BYTES: usize = 312;
+const ANCHOR_BYTES: usize = 344;
 /// Tries before giving up on a snapshot.
 pub const TRIES: u32 = 1000;
 
@@ -79,6 +79,12 @@ struct Anchor {
     /// medium_bytes, sheaf_budget_taken, zero_size_blocks, percpu_mode,
     /// rseq_restarts, cpu_drains.
     globals: [u64; 19],
+    /// Per-CPU mode: where the regions' pointers are, how many, each
+    /// class's first slot (`[u32; num_classes]`) and a region's capacity.
+    cpu_regions: u64,
+    cpu_bound: u64,
+    cpu_class_begin: u64,
+    cpu_region_capacity: u64,
 }
 
 fn u32_at(b: &[u8], at: usize) -> u64 {
@@ -148,6 +154,10 @@ impl Anchor {
         for (i, g) in a.globals.iter_mut().enumerate() {
             *g = u64_at(b, 160 + 8 * i);
         }
+        a.cpu_regions = u64_at(b, 312);
+        a.cpu_bound = u64_at(b, 320);
+        a.cpu_class_begin = u64_at(b, 328);
+        a.cpu_region_capacity = u32_at(b, 336);
         Ok(a)
     }
 }
@@ -216,6 +226,9 @@ pub const TOTALS_FIELDS: [&str; 23] = [
     "cpu_drains",
 ];
 
+/// One CPU's sheaves, the fields of the in-process `CpuStats` in order.
+pub const CPU_FIELDS: [&str; 4] = ["cpu", "objects", "bytes", "capacity_bytes"];
+
 /// Indices into a class's values, for the views.
 pub mod field {
     pub const OBJECT_SIZE: usize = 0;
@@ -247,6 +260,8 @@ pub mod total {
     pub const MMAPS: usize = 11;
     pub const THREADS_ALIVE: usize = 17;
     pub const THREADS_EXITED: usize = 18;
+    pub const RSEQ_RESTARTS: usize = 21;
+    pub const CPU_DRAINS: usize = 22;
 }
 
 /// A consistent snapshot.
@@ -255,6 +270,10 @@ pub struct Snapshot {
     /// Per class, the values of `CACHE_FIELDS`.
     pub caches: Vec<[u64; 33]>,
     pub totals: [u64; 23],
+    /// Per CPU whose sheaves were ever used, the values of `CPU_FIELDS`,
+    /// read after the rest (as the in-process report reads them after
+    /// its snapshot): each CPU's sheaves' lengths when read.
+    pub cpus: Vec<[u64; 4]>,
     /// Tries it took.
     pub tries: u32,
 }
@@ -281,6 +300,8 @@ pub struct Reader {
     pub file: PathBuf,
     anchor: Anchor,
     class_bytes: Vec<u32>,
+    /// Each class's first slot in a CPU's region.
+    class_begin: Vec<u32>,
 }
 
 /// What one try read, before the sums.
@@ -316,24 +337,32 @@ impl Reader {
             });
         }
         let anchor = Anchor::parse(&b, pid, &file)?;
-        let mut raw = vec![0u8; anchor.num_classes * 4];
-        let len = raw.len();
-        if !target.read(&mut raw, &[(anchor.class_bytes, len)])? {
-            return Err(Error::BadAnchor {
-                pid,
-                file,
-                what: "its class size table is not mapped".into(),
-            });
+        let mut tables = [Vec::new(), Vec::new()];
+        for (table, (at, what)) in tables.iter_mut().zip([
+            (anchor.class_bytes, "its class size table"),
+            (anchor.cpu_class_begin, "its per-CPU slot table"),
+        ]) {
+            let mut raw = vec![0u8; anchor.num_classes * 4];
+            let len = raw.len();
+            if !target.read(&mut raw, &[(at, len)])? {
+                return Err(Error::BadAnchor {
+                    pid,
+                    file,
+                    what: format!("{what} is not mapped"),
+                });
+            }
+            *table = raw
+                .chunks(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
         }
-        let class_bytes = raw
-            .chunks(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let [class_bytes, class_begin] = tables;
         Ok(Reader {
             target,
             file,
             anchor,
             class_bytes,
+            class_begin,
         })
     }
 
@@ -344,8 +373,13 @@ impl Reader {
             match self.try_once()? {
                 Ok(raw) => {
                     let mut s = self.build(&raw)?;
-                    match check(&s) {
-                        Ok(()) => {
+                    let cpus = match check(&s) {
+                        Ok(()) => self.read_cpus()?,
+                        Err(broken) => Err(broken),
+                    };
+                    match cpus {
+                        Ok(cpus) => {
+                            s.cpus = cpus;
                             s.tries = tries;
                             return Ok(s);
                         }
@@ -375,6 +409,44 @@ impl Reader {
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
                 .collect(),
         ))
+    }
+
+    /// Each CPU's sheaves (`CPU_FIELDS`), as `stats::cpu_stats` reads them:
+    /// Ok(Err(why)) if a pointer led nowhere.
+    fn read_cpus(&self) -> Result<Result<Vec<[u64; 4]>, String>, Error> {
+        let a = &self.anchor;
+        let Some(head) = self.read_u64s(&[a.cpu_regions, a.cpu_bound])? else {
+            return Ok(Err("the per-CPU table is not mapped".into()));
+        };
+        let [regions, bound] = [head[0], head[1]];
+        if regions == 0 || bound == 0 {
+            return Ok(Ok(Vec::new()));
+        }
+        if bound > 1 << 16 {
+            return Ok(Err(format!("{bound} CPUs")));
+        }
+        let addrs: Vec<u64> = (0..bound).map(|cpu| regions + 8 * cpu).collect();
+        let Some(pointers) = self.read_u64s(&addrs)? else {
+            return Ok(Err("the per-CPU regions' pointers are not mapped".into()));
+        };
+        let classes = a.num_classes;
+        let mut cpus = Vec::new();
+        let mut buf = vec![0u8; classes * 4 + 8];
+        for (cpu, &region) in pointers.iter().enumerate().filter(|(_, &r)| r != 0) {
+            let ranges = [(region, classes * 4), (region + a.cpu_region_capacity, 8)];
+            if !self.target.read(&mut buf, &ranges)? {
+                return Ok(Err(format!("CPU {cpu}'s region is not mapped")));
+            }
+            let (mut objects, mut bytes) = (0u64, 0u64);
+            for class in 0..classes {
+                let current = u32_at(&buf, class * 4) & 0xffff;
+                let n = current.wrapping_sub(self.class_begin[class] as u64);
+                objects = objects.wrapping_add(n);
+                bytes = bytes.wrapping_add(n.wrapping_mul(self.class_bytes[class] as u64));
+            }
+            cpus.push([cpu as u64, objects, bytes, u64_at(&buf, classes * 4)]);
+        }
+        Ok(Ok(cpus))
     }
 
     /// One try: Ok(Err(why)) if the registry changed or a pointer led
@@ -585,6 +657,7 @@ impl Reader {
         Ok(Snapshot {
             caches,
             totals,
+            cpus: Vec::new(),
             tries: 0,
         })
     }

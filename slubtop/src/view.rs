@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::snapshot::{field, total, Snapshot, CACHE_FIELDS, TOTALS_FIELDS};
+use crate::snapshot::{field, total, Snapshot, CACHE_FIELDS, CPU_FIELDS, TOTALS_FIELDS};
 
 /// What the live table is sorted by (descending, but size ascending).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,17 +236,69 @@ pub fn live_screen(
             r(|r| r.remote),
         );
     }
+    cpu_rows(&mut s, now, CPU_ROWS);
     s
 }
 
+/// The live view's per-CPU rows at most: the CPUs whose sheaves hold the
+/// most bytes.
+const CPU_ROWS: usize = 8;
+
+/// The per-CPU sheaves (per-CPU mode), the CPUs holding the most bytes
+/// first, `rows` of them and a line for the rest.
+fn cpu_rows(s: &mut String, now: &Snapshot, rows: usize) {
+    if now.cpus.is_empty() {
+        return;
+    }
+    let mut cpus: Vec<&[u64; 4]> = now.cpus.iter().collect();
+    cpus.sort_by(|a, b| b[2].cmp(&a[2]).then(a[0].cmp(&b[0])));
+    let (objects, bytes, capacity) = cpus.iter().fold((0, 0, 0), |acc, c| {
+        (acc.0 + c[1], acc.1 + c[2], acc.2 + c[3])
+    });
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "per-CPU sheaves: {} CPUs, {objects} blocks, {} of {} capacity; rseq restarts {}, CPU drains {}",
+        cpus.len(),
+        human(bytes),
+        human(capacity),
+        now.totals[total::RSEQ_RESTARTS],
+        now.totals[total::CPU_DRAINS],
+    );
+    let _ = writeln!(
+        s,
+        "{:>6} {:>10} {:>10} {:>10}",
+        "CPU", "BLOCKS", "BYTES", "CAPACITY"
+    );
+    for c in cpus.iter().take(rows) {
+        let _ = writeln!(
+            s,
+            "{:>6} {:>10} {:>10} {:>10}",
+            c[0],
+            c[1],
+            human(c[2]),
+            human(c[3])
+        );
+    }
+    if cpus.len() > rows {
+        let _ = writeln!(s, "{:>6} more", cpus.len() - rows);
+    }
+}
+
 /// The JSON document of the in-process report (`Stats::write_json`):
-/// `caches` (the classes in use, every field) and `totals`.
+/// `caches` (the classes in use, every field), `cpus` and `totals`.
 pub fn json(snap: &Snapshot) -> String {
     let mut s = String::from("{\"caches\":[");
     let used = snap.caches.iter().filter(|c| Snapshot::class_used(c));
     for (i, c) in used.enumerate() {
         s.push_str(if i == 0 { "{" } else { ",{" });
         fields(&mut s, &CACHE_FIELDS, c);
+        s.push('}');
+    }
+    s.push_str("],\"cpus\":[");
+    for (i, c) in snap.cpus.iter().enumerate() {
+        s.push_str(if i == 0 { "{" } else { ",{" });
+        fields(&mut s, &CPU_FIELDS, c);
         s.push('}');
     }
     s.push_str("],\"totals\":{");
@@ -262,9 +314,9 @@ fn fields(s: &mut String, names: &[&str], values: &[u64]) {
 }
 
 /// The in-process text report's table (`Display for Stats`): its columns,
-/// widths and totals line, under a title naming the process.
+/// widths, totals line and per-CPU rows, under a title naming the process.
 pub fn text(pid: i32, snap: &Snapshot) -> String {
-    const COLUMNS: [Option<(&str, usize)>; 31] = [
+    const COLUMNS: [Option<(&str, usize)>; 33] = [
         Some(("size", 6)),
         None,
         Some(("in_use", 10)),
@@ -296,8 +348,10 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         Some(("slab-", 7)),
         Some(("head", 7)),
         Some(("tail", 7)),
+        Some(("cpu", 6)),
+        Some(("ccap", 5)),
     ];
-    const LABELS: [(&str, &str); 20] = [
+    const LABELS: [(&str, &str); 23] = [
         ("in use", " B"),
         ("mapped", " B"),
         ("resident", " B"),
@@ -318,7 +372,11 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         ("threads alive", ""),
         ("threads exited", ""),
         ("zero-size blocks", ""),
+        ("per-CPU mode", ""),
+        ("rseq restarts", ""),
+        ("CPU drains", ""),
     ];
+    const CPU_COLUMNS: [usize; 4] = [5, 9, 11, 9];
     let mut s = format!("slubmalloc statistics (pid {pid}, read by slubtop)\n");
     let shown = || COLUMNS.iter().flatten();
     for (i, (header, width)) in shown().enumerate() {
@@ -339,6 +397,20 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
         let _ = write!(s, "{}{label} {value}{unit}", if i == 0 { "" } else { ", " });
     }
     s.push('\n');
+    for (row, c) in snap.cpus.iter().enumerate() {
+        let widths = CPU_FIELDS.iter().zip(CPU_COLUMNS);
+        if row == 0 {
+            let headers = ["cpu", "objects", "bytes", "capacity"];
+            for (i, (header, width)) in headers.iter().zip(CPU_COLUMNS).enumerate() {
+                let _ = write!(s, "{}{header:>width$}", if i == 0 { "" } else { " " });
+            }
+            s.push('\n');
+        }
+        for (i, (value, (_, width))) in c.iter().zip(widths).enumerate() {
+            let _ = write!(s, "{}{value:>width$}", if i == 0 { "" } else { " " });
+        }
+        s.push('\n');
+    }
     s
 }
 
@@ -355,6 +427,19 @@ pub fn prometheus(pid: i32, snap: &Snapshot) -> String {
                 "slubmalloc_cache_{name}{{pid=\"{pid}\",object_size=\"{}\"}} {}",
                 c[field::OBJECT_SIZE],
                 c[i]
+            );
+        }
+    }
+    for (i, name) in CPU_FIELDS.iter().enumerate().skip(1) {
+        if snap.cpus.is_empty() {
+            break;
+        }
+        let _ = writeln!(s, "# TYPE slubmalloc_cpu_{name} gauge");
+        for c in &snap.cpus {
+            let _ = writeln!(
+                s,
+                "slubmalloc_cpu_{name}{{pid=\"{pid}\",cpu=\"{}\"}} {}",
+                c[0], c[i]
             );
         }
     }

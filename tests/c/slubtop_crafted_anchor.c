@@ -1,6 +1,6 @@
 /* A process that is not slubmalloc but exports a `slubmalloc_anchor` of its
- * own making, laid out as version 4 of src/anchor.rs, over an empty registry
- * (no live heap, zero counters): what slubtop does when the anchor says
+ * own making, laid out as version 5 of src/anchor.rs, over an empty registry
+ * (no live heap, zero counters, no per-CPU sheaves): what slubtop does when the anchor says
  * something it must refuse (tests/processes/slubtop.rs).
  *
  *   slubtop_crafted_anchor still     generation even and still: a valid,
@@ -42,9 +42,13 @@ struct anchor {
     void *nodes;
     uint32_t node_fields[9];
     uint64_t *globals[19];
+    void **cpu_regions;
+    uint64_t *cpu_bound;
+    const uint32_t *cpu_class_begin;
+    uint32_t cpu_region_capacity;
 };
 
-_Static_assert(sizeof(struct anchor) == 312, "version 4 is 312 bytes");
+_Static_assert(sizeof(struct anchor) == 344, "version 5 is 344 bytes");
 
 static uint32_t class_bytes[CLASSES];
 static _Atomic uint64_t generation;
@@ -55,9 +59,12 @@ static uint64_t heap[(CLASSES + 1) * CLASS_HEAP / 8 + 1];
 static void *orphan = heap, *prof = heap;
 static uint64_t nodes[CLASSES * 10];
 static uint64_t zero;
+/* The fallback's: no table of regions. */
+static void *no_regions;
+static uint32_t class_begin[CLASSES];
 
 __attribute__((used)) struct anchor slubmalloc_anchor = {
-    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 4, 312, CLASSES, EVENTS,
+    {'S', 'L', 'U', 'B', 'A', 'N', 'C', 'H'}, 5, 344, CLASSES, EVENTS,
     65536, 4 << 20,
     class_bytes, &generation, &registry,
     __builtin_offsetof(struct registry, live), __builtin_offsetof(struct registry, retired),
@@ -68,6 +75,7 @@ __attribute__((used)) struct anchor slubmalloc_anchor = {
     {0, 8, 16, 24, 32, 40, 48, 56, 64},
     {&zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero, &zero,
      &zero, &zero, &zero},
+    &no_regions, &zero, class_begin, 0,
 };
 
 /* Each change as the allocator's `change_registry` makes it: odd, the

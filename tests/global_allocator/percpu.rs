@@ -117,6 +117,96 @@ fn a_batch_past_the_thread_sheaf_waits_on_the_cpu_sheaf() {
     assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");
 }
 
+/// The CPUs the calling thread may run on, lowest first.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is an empty set, which the kernel fills.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid set of its size.
+    let r = unsafe { libc::sched_getaffinity(0, size_of_val(&set), &mut set) };
+    assert_eq!(
+        r,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: every index is below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// The rows per CPU (`cpu_stats`): a thread pinned to each of two CPUs
+/// leaves a batch of a class of its own on that CPU's sheaves, and that
+/// CPU's row holds it; the rows, read with the classes' counters while
+/// nothing moves, add up to them (blocks, bytes at the classes' sizes,
+/// capacity); `trim` leaves every row empty, with no capacity; the JSON
+/// report has a row per CPU.
+#[test]
+fn each_cpus_row_holds_what_its_threads_left_there_and_the_rows_add_up() {
+    let Some(()) = with_percpu() else {
+        return;
+    };
+    let cpus: Vec<usize> = allowed_cpus().into_iter().take(2).collect();
+    const SIZES: [usize; 2] = [256, 1024];
+    for (&cpu, size) in cpus.iter().zip(SIZES) {
+        thread::spawn(move || {
+            pin(0, &[cpu]);
+            for _ in 0..8 {
+                drop(
+                    (0..400)
+                        .map(|_| Vec::<u8>::with_capacity(size))
+                        .collect::<Vec<_>>(),
+                );
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    // Room first: nothing allocates between the counters and the rows.
+    let mut rows = Vec::with_capacity(1024);
+    let s = slubmalloc::stats();
+    rows.extend(slubmalloc::cpu_stats());
+    for (&cpu, size) in cpus.iter().zip(SIZES) {
+        let row = rows.iter().find(|r| r.cpu == cpu as u64);
+        let row = row.unwrap_or_else(|| panic!("no row for CPU {cpu}: {rows:?}"));
+        assert!(
+            row.objects >= 200 && row.bytes >= 200 * size as u64,
+            "CPU {cpu}, {size} B: {row:?}"
+        );
+        assert!(row.capacity_bytes >= row.bytes, "{row:?}");
+    }
+    let sum = |f: fn(&slubmalloc::CacheStats) -> u64| s.caches().map(f).sum::<u64>();
+    assert_eq!(
+        (
+            rows.iter().map(|r| r.objects).sum::<u64>(),
+            rows.iter().map(|r| r.bytes).sum::<u64>(),
+            rows.iter().map(|r| r.capacity_bytes).sum::<u64>(),
+        ),
+        (
+            sum(|c| c.cpu_objects),
+            sum(|c| c.cpu_objects * c.object_size),
+            sum(|c| c.cpu_capacity * c.object_size),
+        ),
+        "the rows (blocks, bytes, capacity) against the classes' counters: {rows:?}"
+    );
+    let json = s.to_json();
+    for row in &rows {
+        let entry = format!(
+            "{{\"cpu\":{},\"objects\":{},\"bytes\":{},\"capacity_bytes\":{}}}",
+            row.cpu, row.objects, row.bytes, row.capacity_bytes
+        );
+        assert!(json.contains(&entry), "{entry} not in {json}");
+    }
+    slubmalloc::trim();
+    for row in slubmalloc::cpu_stats() {
+        assert_eq!(
+            (row.objects, row.capacity_bytes),
+            (0, 0),
+            "after trim: {row:?}"
+        );
+    }
+}
+
 /// A thread's exit moves its sheaves onto its CPU's: the next thread on
 /// that CPU takes them.
 #[test]
@@ -247,7 +337,6 @@ fn every_rseq_descriptor_is_preceded_by_the_signature() {
 }
 
 /// Sets the affinity of thread `tid` (0: the caller) to `cpus`.
-#[cfg(slubmalloc_rseq_window)]
 fn pin(tid: libc::pid_t, cpus: &[usize]) {
     // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes into it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

@@ -544,28 +544,62 @@ const CACHE_FIELDS: &[&str] = slubmalloc::CacheStats::FIELDS;
 /// Fields the `totals` object must have, each an unsigned integer.
 const TOTALS_FIELDS: &[&str] = slubmalloc::Totals::FIELDS;
 
-/// The report, parsed and checked: `{"caches": [...], "totals": {...}}`,
-/// every field present and an exact unsigned integer, the classes real
-/// classes in increasing order, and the numbers consistent with each other.
+/// Fields every `cpus[]` entry must have, each an unsigned integer.
+const CPU_FIELDS: &[&str] = slubmalloc::CpuStats::FIELDS;
+
+/// `doc`'s fields `names`, each an exact unsigned integer.
+fn u64_fields(v: &json::Value, names: &[&str]) -> BTreeMap<String, u64> {
+    names
+        .iter()
+        .map(|&n| {
+            let x = v.get(n).unwrap_or_else(|| panic!("no {n:?} in {v:?}"));
+            let x = x
+                .as_u64()
+                .unwrap_or_else(|| panic!("{n:?} is not an unsigned integer: {x:?}"));
+            (n.to_string(), x)
+        })
+        .collect()
+}
+
+/// The report's `cpus` rows, parsed and checked (every field, ids in
+/// increasing order, bytes at least 16 per block): CPU id -> (field ->
+/// value).
+pub fn parse_json_cpus(text: &str) -> BTreeMap<u64, BTreeMap<String, u64>> {
+    let doc =
+        json::parse(text).unwrap_or_else(|e| panic!("the JSON report does not parse: {e}\n{text}"));
+    let rows = doc["cpus"]
+        .as_array()
+        .unwrap_or_else(|| panic!("cpus is not an array in {text}"));
+    let mut cpus = BTreeMap::new();
+    for entry in rows {
+        let c = u64_fields(entry, CPU_FIELDS);
+        let cpu = c["cpu"];
+        assert!(
+            cpus.last_key_value().is_none_or(|(&last, _)| last < cpu),
+            "CPUs out of order at {cpu} in {text}"
+        );
+        assert!(c["bytes"] >= 16 * c["objects"], "CPU {cpu}: {c:?}");
+        cpus.insert(cpu, c);
+    }
+    cpus
+}
+
+/// The report, parsed and checked: `{"caches": [...], "cpus": [...],
+/// "totals": {...}}`, every field present and an exact unsigned integer,
+/// the classes real classes in increasing order, and the numbers
+/// consistent with each other (the CPUs' rows: `parse_json_cpus`).
 /// Returns the caches as maps, object size -> (field -> value), and the totals.
 pub fn parse_json_report(
     text: &str,
 ) -> (BTreeMap<u64, BTreeMap<String, u64>>, BTreeMap<String, u64>) {
     let doc =
         json::parse(text).unwrap_or_else(|e| panic!("the JSON report does not parse: {e}\n{text}"));
-    assert_eq!(doc.keys(), ["caches", "totals"], "top-level keys of {text}");
-    let fields = |v: &json::Value, names: &[&str]| -> BTreeMap<String, u64> {
-        names
-            .iter()
-            .map(|&n| {
-                let x = v.get(n).unwrap_or_else(|| panic!("no {n:?} in {v:?}"));
-                let x = x
-                    .as_u64()
-                    .unwrap_or_else(|| panic!("{n:?} is not an unsigned integer: {x:?}"));
-                (n.to_string(), x)
-            })
-            .collect()
-    };
+    assert_eq!(
+        doc.keys(),
+        ["caches", "cpus", "totals"],
+        "top-level keys of {text}"
+    );
+    let fields = u64_fields;
     let caches_json = doc["caches"]
         .as_array()
         .unwrap_or_else(|| panic!("caches is not an array in {text}"));
@@ -644,6 +678,11 @@ pub fn parse_json_report(
         totals["bytes_in_use"],
         slab_bytes + totals["medium_bytes"] + totals["large_bytes"],
         "totals.bytes_in_use is the classes' bytes in use plus the medium and large blocks'"
+    );
+    let cpus = parse_json_cpus(text);
+    assert!(
+        totals["percpu_mode"] == 1 || cpus.is_empty(),
+        "CPU rows in the fallback: {cpus:?}"
     );
     (caches, totals)
 }

@@ -193,6 +193,11 @@ fn assert_slubtop_reads(pid: i32, own: &str) {
         "slubtop's totals differ from the program's own report"
     );
     assert_eq!(
+        common::parse_json_cpus(read.trim_end()),
+        common::parse_json_cpus(own),
+        "slubtop's CPU rows differ from the program's own report"
+    );
+    assert_eq!(
         ours,
         resident_bytes(pid),
         "resident bytes are /proc/PID/statm's"
@@ -486,7 +491,7 @@ fn slubtop_names_both_layout_versions() {
         )),
         "{err}"
     );
-    assert!(err.contains("this slubtop reads version 4"), "{err}");
+    assert!(err.contains("this slubtop reads version 5"), "{err}");
     assert!(
         err.contains("slubtop_crafted_anchor"),
         "names the file: {err}"
