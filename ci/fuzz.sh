@@ -7,11 +7,14 @@
 #
 # Runs (target, and the allocator mode it runs under; the allocator reads its
 # mode once at start-up, so each mode is a run of its own):
-#   ops               lockstep model, replayable        (default mode)
+#   ops               lockstep model, replayable        (default mode: per-CPU
+#                                                       sheaves where rseq is)
 #   ops-debug         the same under SLUBMALLOC_DEBUG=1 (red zones, poison)
 #   ops-random        the same under SLUBMALLOC_FREELIST_RANDOM=1
+#   ops-fallback      the same under SLUBMALLOC_PERCPU=0 (no per-CPU sheaves)
 #   concurrent        threads at once: real races, fork among running threads
 #   concurrent-debug  the same under SLUBMALLOC_DEBUG=1
+#   concurrent-fallback  the same under SLUBMALLOC_PERCPU=0
 #   c_api             the C entry points (the `override` feature) against
 #                     glibc's contract (SLUBMALLOC_BACKGROUND_PURGE=0)
 #
@@ -37,12 +40,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-all_runs=(ops ops-debug ops-random concurrent concurrent-debug c_api)
+all_runs=(ops ops-debug ops-random ops-fallback concurrent concurrent-debug concurrent-fallback c_api)
 target_of() { echo "${1%%-*}"; }
 env_of() {
     case "$1" in
         *-debug) echo SLUBMALLOC_DEBUG=1 ;;
         *-random) echo SLUBMALLOC_FREELIST_RANDOM=1 ;;
+        *-fallback) echo SLUBMALLOC_PERCPU=0 ;;
         # The C heap is ours there: the background purger's pthread_create
         # allocates glibc's own blocks, which the end-of-input count would see.
         c_api) echo SLUBMALLOC_BACKGROUND_PURGE=0 ;;
@@ -149,7 +153,7 @@ for run in "${runs[@]}"; do
         -max_total_time="$seconds" -len_control=0 -max_len=1024 -timeout=120 \
         -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix=fuzz/artifacts/"$run"/ fuzz/corpus/"$run" >"$log" 2>&1; then
-        grep -E '^stat::number_of_executed_units|^stat::average_exec_per_sec|DONE' "$log" | tr '\n' ' '
+        grep -E '^slubmalloc per-CPU mode|^stat::number_of_executed_units|^stat::average_exec_per_sec|DONE' "$log" | tr '\n' ' '
         echo
     else
         echo "FAILED: $run; last lines of $log:"

@@ -22,14 +22,20 @@ static GLOBAL: model::Counted = model::Counted;
 
 const CONFIG: model::Config = model::Config::fuzz(false);
 
-fuzz_target!(|data: &[u8]| {
-    // At least two threads: the first byte picks 1 + b % 4, so 1 becomes 2
-    // (its upper bits, which pick the inputs with children, kept).
-    let Some((&first, rest)) = data.split_first() else {
-        return;
-    };
-    let mut input = Vec::with_capacity(data.len());
-    input.push(if first % 4 == 0 { first + 1 } else { first });
-    input.extend_from_slice(rest);
-    model::run(&CONFIG, &input);
-});
+// The mode the allocator chose at start-up, in the run's log (ci/fuzz.sh
+// prints it with the run's counts): per-CPU where rseq is, unless the run
+// turns it off.
+fuzz_target!(
+    init: eprintln!("slubmalloc per-CPU mode {}", slubmalloc::stats().totals.percpu_mode),
+    |data: &[u8]| {
+        // At least two threads: the first byte picks 1 + b % 4, so 1 becomes 2
+        // (its upper bits, which pick the inputs with children, kept).
+        let Some((&first, rest)) = data.split_first() else {
+            return;
+        };
+        let mut input = Vec::with_capacity(data.len());
+        input.push(if first % 4 == 0 { first + 1 } else { first });
+        input.extend_from_slice(rest);
+        model::run(&CONFIG, &input);
+    }
+);

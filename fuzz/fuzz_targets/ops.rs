@@ -25,6 +25,12 @@ static GLOBAL: model::Counted = model::Counted;
 
 const CONFIG: model::Config = model::Config::fuzz(true);
 
-fuzz_target!(|data: &[u8]| {
-    model::run(&CONFIG, data);
-});
+// The mode the allocator chose at start-up, in the run's log (ci/fuzz.sh
+// prints it with the run's counts): per-CPU where rseq is, unless the run
+// turns it off.
+fuzz_target!(
+    init: eprintln!("slubmalloc per-CPU mode {}", slubmalloc::stats().totals.percpu_mode),
+    |data: &[u8]| {
+        model::run(&CONFIG, data);
+    }
+);
