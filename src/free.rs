@@ -31,8 +31,9 @@ pub fn free_unowned(heap: &Heap, slab: &Slab, p: *mut u8, suspicion: Suspicion) 
 }
 
 /// Frees `run`, checked blocks of `slab` out of a sheaf, linked first to
-/// last already, into a slab `heap` does not own: one push, else each
-/// block as `free_unowned` frees it (`Node::free_unowned_run`).
+/// last already, into a slab `heap` does not own: one push, one splice
+/// under the node lock into a LISTED slab, else each block as
+/// `free_unowned` frees it (`Node::free_unowned_run`).
 pub fn free_unowned_run(heap: &Heap, slab: &Slab, run: &[core::cell::Cell<*mut u8>]) {
     let class = slab.class.get() as usize;
     NODES[class].free_unowned_run(slab, run, &ClassFreer { heap, class });
@@ -83,8 +84,9 @@ impl Freer for ClassFreer<'_> {
     }
 
     /// The `ADOPT_AFTER_FREES`th free in a row into the same listed slab,
-    /// counted in `ClassHeap::last_listed_free`, for a warm class.
-    fn adopts_listed(&self, slab: &Slab) -> bool {
+    /// counted in `ClassHeap::last_listed_free` (a run's blocks each count),
+    /// for a warm class.
+    fn adopts_listed(&self, slab: &Slab, frees: usize) -> bool {
         if !self.heap.is_warm(self.class) {
             return false;
         }
@@ -92,9 +94,9 @@ impl Freer for ClassFreer<'_> {
         let last = c.last_listed_free.get();
         let this = slab as *const Slab as usize;
         let run = if last & !RUN_MASK == this {
-            (last & RUN_MASK) + 1
+            ((last & RUN_MASK) + frees).min(RUN_MASK)
         } else {
-            1
+            frees.min(RUN_MASK)
         };
         if run >= ADOPT_AFTER_FREES {
             c.last_listed_free.set(0);

@@ -118,12 +118,12 @@ fn bump(c: &AtomicUsize, n: isize) {
     );
 }
 
-/// Counts one event in a counter that only lock holders write.
+/// Counts `n` events in a counter that only lock holders write.
 #[inline]
-fn count(c: &AtomicU64) {
+fn count(c: &AtomicU64, n: u64) {
     // Relaxed: written under the node lock only, read by `stats()` as a
     // snapshot.
-    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 /// A node's initial value (loom's atomics are not made in const context).
@@ -165,7 +165,7 @@ impl Node {
             End::Tail => &self.added_tail,
             End::Head => &self.added_head,
         };
-        count(decisions);
+        count(decisions, 1);
     }
 
     /// Lists a slab fresh from its segment, for cold classes to share
@@ -174,7 +174,7 @@ impl Node {
         self.lock.assert_held();
         slab.init_listed(class);
         self.add(slab, RemoteFrees::NoneCame);
-        count(&self.slabs_new);
+        count(&self.slabs_new, 1);
     }
 
     /// One object for a thread whose class is cold, from the listed slab at
@@ -193,7 +193,7 @@ impl Node {
         let slab = unsafe { &*s };
         let (p, fresh) = slab.take_listed_object();
         bump(&self.free_objects, -1);
-        count(&self.allocs_listed);
+        count(&self.allocs_listed, 1);
         if slab.inuse.get() == slab.objects.get() {
             self.remove(slab);
             self.make_full(slab);
@@ -259,11 +259,19 @@ impl Node {
         {
             double_free(p);
         }
-        // SAFETY: `p` is a live object the caller gives up; the slab's
-        // lists are ours under the node lock.
-        unsafe { slab.free_object(p) };
-        bump(&self.free_objects, 1);
-        count(&self.frees_listed);
+        self.free_listed_run(slab, p, p, 1)
+    }
+
+    /// `free_listed` of a run of `n` checked blocks linked already, `head`
+    /// to `tail` (a sheaf's flush): one splice, counted as `n` frees.
+    fn free_listed_run(&self, slab: &Slab, head: *mut u8, tail: *mut u8, n: u32) -> bool {
+        self.lock.assert_held();
+        invariant!(slab.state() == State::Listed);
+        // SAFETY: the run's blocks are live objects the caller gives up;
+        // the slab's lists are ours under the node lock.
+        unsafe { slab.free_run_with(crate::freelist::secret(), head, tail, n) };
+        bump(&self.free_objects, n as isize);
+        count(&self.frees_listed, n as u64);
         slab.check();
         if slab.inuse.get() == 0
             && self.should_discard_empty(slab.objects.get(), Emptied::WhileListed)
@@ -281,14 +289,14 @@ impl Node {
         invariant!(slab.inuse.get() == 0);
         self.remove(slab);
         discard(slab);
-        count(&self.slabs_freed);
+        count(&self.slabs_freed, 1);
     }
 
     /// Counts a free into a slab this list is about to take: a cold class's
     /// free that claimed a FULL slab (`Freer::keep_claimed`). Lock held.
     pub fn count_free_listed(&self) {
         self.lock.assert_held();
-        count(&self.frees_listed);
+        count(&self.frees_listed, 1);
     }
 
     pub fn first(&self) -> *mut Slab {
@@ -344,9 +352,10 @@ pub trait Freer {
     /// adopts it, or lists it on the node (or gives it back to its
     /// segment).
     fn keep_claimed(&self, slab: &Slab);
-    /// Whether the heap takes `slab`, LISTED on the node, at this free into
-    /// it (it has freed into it so often in a row). Node lock held.
-    fn adopts_listed(&self, slab: &Slab) -> bool;
+    /// Whether the heap takes `slab`, LISTED on the node, at this free of
+    /// `frees` blocks into it (it has freed into it so often in a row).
+    /// Node lock held.
+    fn adopts_listed(&self, slab: &Slab, frees: usize) -> bool;
     /// `slab`, just taken off the node list for the heap (`adopts_listed`),
     /// joins the heap's lists. Node lock held.
     fn keep_listed(&self, slab: &Slab);
@@ -396,7 +405,7 @@ impl Node {
             if slab.state() != State::Listed {
                 continue; // a heap took the slab, or it filled up, while we waited
             }
-            if heap.adopts_listed(slab) {
+            if heap.adopts_listed(slab, 1) {
                 self.take(slab, heap.tag());
                 heap.keep_listed(slab);
                 drop(g);
@@ -411,9 +420,12 @@ impl Node {
 
     /// Frees `run`, blocks of `slab` out of a sheaf of `heap`, checked and
     /// linked first to last already, into a slab `heap` does not own:
-    /// pushed onto its remote list with one CAS (`Slab::push_remote_run`),
-    /// or, the slab not OWNED by another heap (FULL, LISTED, or `heap`'s
-    /// after all), each through `free_unowned`.
+    /// pushed onto its remote list with one CAS (`Slab::push_remote_run`);
+    /// the slab LISTED, spliced onto its local list whole under one hold of
+    /// this node's lock (or taken by `heap`, `Freer::adopts_listed`, with
+    /// the run's length as its frees in a row); else (FULL, `heap`'s after
+    /// all, or no longer LISTED once the lock is held) each block through
+    /// `free_unowned`.
     pub fn free_unowned_run(
         &self,
         slab: &Slab,
@@ -421,8 +433,27 @@ impl Node {
         heap: &impl Freer,
     ) {
         let (head, tail) = (run[0].get(), run[run.len() - 1].get());
-        if slab.push_remote_run(head, tail, run.len() as u32, heap.tag(), || {}) == Push::Pushed {
-            return heap.count_remote(run.len() as u64);
+        let n = run.len() as u32;
+        match slab.push_remote_run(head, tail, n, heap.tag(), || {}) {
+            Push::Pushed => return heap.count_remote(n as u64),
+            Push::NotOwned(State::Listed) => {
+                let g = self.lock.guard();
+                if slab.state() == State::Listed {
+                    if !heap.adopts_listed(slab, n as usize) {
+                        // A lost push's link in `tail` is overwritten here.
+                        self.free_listed_run(slab, head, tail, n);
+                        return;
+                    }
+                    self.take(slab, heap.tag());
+                    heap.keep_listed(slab);
+                    drop(g);
+                    for b in run {
+                        heap.free_owned(slab, b.get(), Suspicion::Clear);
+                    }
+                    return;
+                }
+            }
+            _ => {}
         }
         // The run's links are no double frees: the blocks were checked.
         for b in run {

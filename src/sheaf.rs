@@ -166,8 +166,9 @@ pub fn fill_from_barn(heap: &Heap, class: usize) -> u32 {
 /// moves the rest down. Blocks of one slab one after another go back as a
 /// run: into the thread's own slab with one splice, into a slab another
 /// heap owns with one CAS (`push_remote_run`), which a thread that frees
-/// what another allocated in order (a consumer) makes long; else (a FULL
-/// or listed slab) each by the free into its slab.
+/// what another allocated in order (a consumer) makes long, into a listed
+/// slab with one splice under its node lock; else (a FULL slab) each by
+/// the free into its slab.
 pub fn flush_oldest(heap: &Heap, c: &ClassHeap, n: u32) {
     let sheaf = c.sheaf();
     flush_blocks(heap, sheaf.oldest(n));
@@ -215,9 +216,10 @@ fn flush_blocks(heap: &Heap, blocks: &[Cell<*mut u8>]) {
 
 /// Frees `run`, checked blocks of one slab out of a sheaf, linked first to
 /// last already, into their slab: by its owner (`free::free_owned_run`),
-/// else pushed onto its remote list in one CAS, or (a FULL or LISTED slab)
-/// each through the unowned free (`free::free_unowned_run`). Counted as the
-/// slab-level frees they are.
+/// else through the unowned free of a run (`free::free_unowned_run`):
+/// pushed onto its remote list in one CAS, spliced onto a LISTED slab's
+/// local list under its node lock, or (a FULL slab) each block alone.
+/// Counted as the slab-level frees they are.
 fn flush_run(heap: &Heap, run: &[Cell<*mut u8>]) {
     let (head, tail) = (run[0].get(), run[run.len() - 1].get());
     // SAFETY: `head` is a block of one of our segments (a sheaf took it).

@@ -18,6 +18,8 @@ use crate::size_class::{objects_per_slab, CLASS_BYTES, NUM_CLASSES, SEGMENT_BYTE
 use crate::slab::{Push, RemoteFrees, Slab, State, Suspicion, CLOSED};
 use crate::sync::{AtomicPtr, Ordering};
 
+mod listed_run;
+
 /// Owner ids of the model's heaps (any distinct even numbers).
 const OWNER: usize = 0x1000;
 const OTHER: usize = 0x2000;
@@ -328,7 +330,7 @@ impl Freer for ModelHeap<'_> {
 
     /// The model's heaps free into a listed slab under the node lock, and
     /// never take it.
-    fn adopts_listed(&self, _slab: &Slab) -> bool {
+    fn adopts_listed(&self, _slab: &Slab, _frees: usize) -> bool {
         false
     }
 
