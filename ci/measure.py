@@ -87,6 +87,9 @@ WORKLOADS = {
     "msgpass": ("{bin}/msgpass {T} {n} 16 512", (50000, 500000, 2000000), 1),
     "larson": ("{bin}/larson {T} 10000 {n} {gen} 16 1024", (20000, 100000, 200000), 1),
     "fastpath": ("{bin}/fastpath {n} 1000 512", (500000, 5000000, 10000000), 4),
+    # One thread, then a second, allocates batches of 25-1,600 blocks of
+    # 16-1,024 B and frees each batch in allocation order, n rounds.
+    "batch": ("{bin}/batch {n}", (300, 1000, 3000), 1),
     "threads": ("{bin}/threads {n} 100 1", (500, 5000, 20000), 1),
     "large": ("{bin}/large {n} 128 4096 8 {T}", (100, 500, 1000), 1),
     "bursty": ("{bin}/bursty {n} {ms} 100 256", (64, 256, 512), 1),
