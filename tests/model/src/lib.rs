@@ -11,7 +11,8 @@
 //! model), and fails on a cell read or written by two threads without a
 //! happens-before edge between them; the free-list links are such cells
 //! too (`links`). The modules at the protocol's edges (`os`, `options`,
-//! `segment`) are stand-ins below.
+//! `segment`) are stand-ins below. `percpu` models the per-CPU sheaves'
+//! sections and drains (their rseq asm loom cannot run) on loom's mutexes.
 #![cfg(loom)]
 // The included modules have items that only the allocator uses.
 #![allow(dead_code)]
@@ -122,5 +123,7 @@ pub mod purge {
     }
 }
 
+#[cfg(test)]
+mod percpu;
 #[cfg(test)]
 mod scenarios;
