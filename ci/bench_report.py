@@ -22,7 +22,7 @@ NOPURGE = "slubmalloc-nopurge"
 PEERS_PREFERRED = ["mimalloc", "jemalloc", "tcmalloc", "glibc"]
 # The workloads of one thread (ci/measure.py's table): what short programs
 # pay in peak resident memory, reported on their own.
-SINGLE_THREADED = ["startup", "size_cycle", "hello", "fastpath", "pairs", "python", "sqlite", "large_replace",
+SINGLE_THREADED = ["startup", "size_cycle", "hello", "fastpath", "batch", "pairs", "python", "sqlite", "large_replace",
                    "random_table", "own_table"]
 COLORS = {
     "slubmalloc": "#d62728",
@@ -37,6 +37,8 @@ DESCRIPTIONS = {
     "msgpass": "producer/consumer pairs: one thread allocates messages (16..512 B), the other frees them",
     "larson": "server churn: threads replace random blocks (16..1024 B) in arrays passed between threads",
     "fastpath": "one thread: malloc/free pairs, then batches of 1000 freed LIFO and FIFO (8..512 B)",
+    "batch": "one thread, then a second: batches of 25..1,600 blocks of 16..1,024 B allocated, then freed in "
+    "the order allocated",
     "threads": "short-lived threads created and joined one after another, 100 small blocks each",
     "large": "blocks of 128 KiB..4 MiB replaced at random, plus realloc growth 64 KiB -> 4 MiB",
     "bursty": "512 MiB (full size) of small blocks allocated and freed, then 2 s of light use",

@@ -164,7 +164,7 @@ WORKLOADS = {
 }
 PER_SIZE = {"tiny": {"gen": 5, "ms": 300, "st": 32}, "small": {"gen": 10, "ms": 1000, "st": 32},
             "full": {"gen": 20, "ms": 2000, "st": 32}, "big": {"gen": 20, "ms": 2000, "st": 64}}
-BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
+BENCH_WORKLOADS = ("msgpass,larson,churn,stress,fastpath,batch,threads,large,bursty,python,sqlite,live_threads,idle_purge,"
                    "large_replace,big_heap,huge_heap,emptied_heap,huge_emptied_heap,big_blocks,many_big_blocks,startup,"
                    "size_cycle,hello,prodcons,shared_table,random_table,own_table,own_table2,"
                    "shared_churn4,shared_churn16,shared_churn32,shared_churn64,server,server_cache")
