@@ -85,6 +85,8 @@ fn a_forked_child_lists_the_zero_size_slab_a_lost_thread_took() {
     });
     let mut taken = TAKEN.load(Ordering::Acquire);
     while taken.is_null() {
+        // A failed assert in the thread ends it before it takes the slab.
+        assert!(!lost.is_finished(), "the lost thread ended early");
         std::thread::yield_now();
         taken = TAKEN.load(Ordering::Acquire);
     }
