@@ -29,6 +29,13 @@ fn zero_slabs() -> usize {
 fn child(full: &[*mut u8], taken: *mut Slab) {
     assert!(!ORPHAN_LOCK.is_locked());
     assert_eq!(live_counted(), BLOCKS as u64);
+    {
+        let _g = ORPHAN_LOCK.guard();
+        // SAFETY: the lost thread's slab, live; the lock is held.
+        let listed = unsafe { (*taken).on_partial.get() };
+        // Unmarked, its first free would list it a second time.
+        assert!(listed, "the lost thread's slab listed unmarked");
+    }
     let mine: Vec<*mut u8> = (0..=BLOCKS).map(|_| alloc::malloc(0)).collect();
     assert!(mine.iter().all(|p| !p.is_null()));
     // The lost thread's slab, whose blocks are all free, serves first.
