@@ -25,7 +25,12 @@
 # them. A fork child runs in one input of 4, the misuse and out-of-memory
 # children in one of 16, and the targets are built without -trace-compares
 # (a callback at every compare, the allocator's byte loops included), so
-# that every run makes 100 inputs a second or more.
+# that every run makes 100 inputs a second or more. A child's coverage never
+# reaches libFuzzer, so the corpora keep inputs that ran one only by chance:
+# every run of ops and concurrent also reads seeds that run each child (a
+# fork from one, two and four threads, every misuse kind, out of memory,
+# forks among busy threads), written by fuzz/seeds.py into
+# ci/out/fuzz/seeds/TARGET, and the coverage replay replays them.
 # Corpora (fuzz/corpus/RUN) are kept between runs; a failure leaves its
 # input in fuzz/artifacts/RUN/ and the log in ci/out/fuzz/RUN.log, and the
 # script exits non-zero. Replay one with
@@ -78,6 +83,15 @@ for i in range(8):
 PY
 }
 
+# The seeds that run the children (fuzz/seeds.py); none for c_api.
+child_seeds() {
+    local target=$1 dir=ci/out/fuzz/seeds/$1
+    [ "$target" = c_api ] && return 0
+    rm -rf "$dir"
+    python3 fuzz/seeds.py "$target" "$dir"
+    echo "$dir"
+}
+
 build() {
     local target=$1
     # shellcheck disable=SC2046
@@ -85,10 +99,8 @@ build() {
 }
 
 if [ "${1:-}" = coverage ]; then
-    # Replays every corpus under its run's mode into one profile per target
-    # and prints line coverage per file of src/. A child's coverage never
-    # reaches the fuzzer, so the corpora hold inputs that ran one (one in 4
-    # forks, one in 16 the others) only by chance.
+    # Replays every corpus and the children's seeds under its run's mode
+    # into one profile per target and prints line coverage per file of src/.
     sysroot=$(rustc "${tc[@]}" --print sysroot)
     profdata() { find "$sysroot" -name llvm-profdata -path '*/bin/*' | head -1; }
     if [ -z "$(profdata)" ]; then
@@ -97,6 +109,17 @@ if [ "${1:-}" = coverage ]; then
     bin=$(dirname "$(profdata)")
     out=$root/ci/out/fuzz/coverage
     rm -rf "$out" && mkdir -p "$out"
+    # Runs the target's instrumented binary (`exe`) on inputs under RUN's
+    # mode, into the profile; stops the script if one fails.
+    replay() {
+        local run=$1
+        shift
+        env "$(env_of "$run")" LLVM_PROFILE_FILE="$out/$run-%p.profraw" \
+            "$exe" -timeout=120 -rss_limit_mb=8192 -artifact_prefix="$out/" "$@" >>"$out/$run.log" 2>&1 || {
+            echo "ci/fuzz.sh: replaying $run failed; see $out/$run.log" >&2
+            exit 1
+        }
+    }
     exes=()
     one=$(mktemp -d)
     printf '\0' >"$one/empty-input"
@@ -107,15 +130,20 @@ if [ "${1:-}" = coverage ]; then
         (cd fuzz && RUSTFLAGS="--cfg fuzz_coverage" cargo "${tc[@]}" fuzz coverage --sanitizer none $(features_of "$target") "$target" "$one" >/dev/null)
         exe=fuzz/target/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$target
         exes+=("$exe")
+        seeds=$(child_seeds "$target")
         for run in "${all_runs[@]}"; do
             [ "$(target_of "$run")" = "$target" ] || continue
-            [ -d fuzz/corpus/"$run" ] || continue
-            echo "replaying fuzz/corpus/$run ($(ls fuzz/corpus/"$run" | wc -l) inputs)"
-            env "$(env_of "$run")" LLVM_PROFILE_FILE="$out/$run-%p.profraw" \
-                "$exe" -runs=0 -timeout=120 -rss_limit_mb=8192 -artifact_prefix="$out/" fuzz/corpus/"$run" >"$out/$run.log" 2>&1 || {
-                echo "ci/fuzz.sh: replaying $run failed; see $out/$run.log" >&2
-                exit 1
-            }
+            dirs=()
+            [ -d fuzz/corpus/"$run" ] && dirs+=(fuzz/corpus/"$run")
+            [ -n "$seeds" ] && dirs+=("$seeds")
+            [ ${#dirs[@]} -gt 0 ] || continue
+            echo "replaying ${dirs[*]} ($(find "${dirs[@]}" -type f | wc -l) inputs)"
+            replay "$run" -runs=0 "${dirs[@]}"
+            # A fork among busy threads finds a lock held only by chance:
+            # those seeds ten times each, so that the child's repairs run.
+            if [ "$target" = concurrent ]; then
+                replay "$run" -runs=10 "$seeds"/fork-while-*
+            fi
         done
     done
     rm -r "$one"
@@ -146,13 +174,14 @@ failed=()
 for run in "${runs[@]}"; do
     target=$(target_of "$run")
     seed_corpus "$run"
+    seeds=$(child_seeds "$target")
     mkdir -p fuzz/artifacts/"$run"
     log=ci/out/fuzz/$run.log
     echo "== $run ($(env_of "$run")), ${seconds}s"
     if env "$(env_of "$run")" fuzz/target/x86_64-unknown-linux-gnu/release/"$target" \
         -max_total_time="$seconds" -len_control=0 -max_len=1024 -timeout=120 \
         -rss_limit_mb=4096 -print_final_stats=1 \
-        -artifact_prefix=fuzz/artifacts/"$run"/ fuzz/corpus/"$run" >"$log" 2>&1; then
+        -artifact_prefix=fuzz/artifacts/"$run"/ fuzz/corpus/"$run" $seeds >"$log" 2>&1; then
         grep -E '^slubmalloc per-CPU mode|^stat::number_of_executed_units|^stat::average_exec_per_sec|DONE' "$log" | tr '\n' ' '
         echo
     else

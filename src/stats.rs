@@ -268,7 +268,7 @@ pub(crate) fn stats_for_report() -> Stats {
 
 fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Stats {
     let mut caches = [CacheStats::default(); NUM_CLASSES];
-    let mut bytes_in_use = 0;
+    let mut bytes_in_use = 0u64;
     for (class, c) in caches.iter_mut().enumerate() {
         let e = |ev: Ev| sums[class][ev as usize];
         let node = &NODES[class];
@@ -311,7 +311,7 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.slabs_allocated = e(Ev::SlabsNew) + on_node(&node.slabs_new);
         c.slabs_freed = e(Ev::SlabsFreed) + on_node(&node.slabs_freed);
         c.slabs = c.slabs_allocated.wrapping_sub(c.slabs_freed);
-        c.objects_total = c.slabs * c.objects_per_slab;
+        c.objects_total = c.slabs.wrapping_mul(c.objects_per_slab);
         c.active_slabs = e(Ev::ActiveSlabs);
         c.thread_partial_slabs = e(Ev::ThreadPartial);
         c.returned_slabs = e(Ev::ReturnedSlabs);
@@ -322,14 +322,20 @@ fn build(sums: &[[u64; Ev::COUNT]; NUM_CLASSES], alive: u64, exited: u64) -> Sta
         c.partial_free_objects = node.free_objects.load(Ordering::Relaxed) as u64;
         c.node_head = node.added_head.load(Ordering::Relaxed);
         c.node_tail = node.added_tail.load(Ordering::Relaxed);
-        bytes_in_use += c.objects_in_use * c.object_size;
+        // Wrapping, as the differences above: a snapshot that a drain of
+        // the CPUs' sheaves crosses (the purger's) can count a flushed
+        // block's free into its slab (on the node, read last) and not the
+        // flush that cancels it (in the heap's counters, summed first).
+        bytes_in_use = bytes_in_use.wrapping_add(c.objects_in_use.wrapping_mul(c.object_size));
     }
     let g = global();
     let segments = g.segments.load(Ordering::Relaxed);
     let large_bytes = g.large_bytes.load(Ordering::Relaxed);
     let medium_bytes = g.medium_bytes.load(Ordering::Relaxed);
     let totals = Totals {
-        bytes_in_use: bytes_in_use + medium_bytes + large_bytes,
+        bytes_in_use: bytes_in_use
+            .wrapping_add(medium_bytes)
+            .wrapping_add(large_bytes),
         bytes_mapped: g.mapped_bytes(),
         resident_bytes: os::resident_bytes(),
         segments,

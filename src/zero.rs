@@ -241,3 +241,6 @@ pub fn rebuild_in_child() {
         }
     });
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;
