@@ -83,7 +83,6 @@ fn a_batch_past_the_thread_sheaf_waits_on_the_cpu_sheaf() {
         return;
     };
     const SIZE: usize = 250;
-    let before = class_of(SIZE);
     let round = || {
         drop(
             (0..400)
