@@ -398,7 +398,6 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
     }
     s.push('\n');
     for (row, c) in snap.cpus.iter().enumerate() {
-        let widths = CPU_FIELDS.iter().zip(CPU_COLUMNS);
         if row == 0 {
             let headers = ["cpu", "objects", "bytes", "capacity"];
             for (i, (header, width)) in headers.iter().zip(CPU_COLUMNS).enumerate() {
@@ -406,7 +405,7 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
             }
             s.push('\n');
         }
-        for (i, (value, (_, width))) in c.iter().zip(widths).enumerate() {
+        for (i, (value, width)) in c.iter().zip(CPU_COLUMNS).enumerate() {
             let _ = write!(s, "{}{value:>width$}", if i == 0 { "" } else { " " });
         }
         s.push('\n');
@@ -415,8 +414,9 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
 }
 
 /// The Prometheus text format (node_exporter's textfile collector reads
-/// it): per class every field, labelled with the object size, and the
-/// totals, all labelled with the pid.
+/// it): per class every field, labelled with the object size, per CPU its
+/// row's fields, labelled with the CPU, and the totals, all labelled with
+/// the pid.
 pub fn prometheus(pid: i32, snap: &Snapshot) -> String {
     let mut s = String::new();
     for (i, name) in CACHE_FIELDS.iter().enumerate().skip(1) {
@@ -430,10 +430,10 @@ pub fn prometheus(pid: i32, snap: &Snapshot) -> String {
             );
         }
     }
-    for (i, name) in CPU_FIELDS.iter().enumerate().skip(1) {
-        if snap.cpus.is_empty() {
-            break;
-        }
+    // Per CPU (per-CPU mode; no row in the fallback) every field but the
+    // id, which labels it.
+    let cpu_fields = CPU_FIELDS.iter().enumerate().skip(1);
+    for (i, name) in cpu_fields.filter(|_| !snap.cpus.is_empty()) {
         let _ = writeln!(s, "# TYPE slubmalloc_cpu_{name} gauge");
         for c in &snap.cpus {
             let _ = writeln!(
