@@ -475,20 +475,13 @@ impl fmt::Display for Stats {
         if f.alternate() {
             return fmt::Display::fmt(&self.summary(), f);
         }
-        let columns = || CacheStats::COLUMNS.iter().filter_map(|c| *c);
-        for (i, (header, width)) in columns().enumerate() {
-            write!(f, "{}{header:>width$}", if i == 0 { "" } else { " " })?;
-        }
-        writeln!(f)?;
+        write_row(f, CacheStats::COLUMNS.iter().filter_map(|c| *c))?;
         for c in self.caches.iter().filter(|c| c.in_use()) {
             let shown = c
                 .values()
                 .zip(CacheStats::COLUMNS)
                 .filter_map(|(v, col)| col.map(|(_, w)| (v, w)));
-            for (i, (value, width)) in shown.enumerate() {
-                write!(f, "{}{value:>width$}", if i == 0 { "" } else { " " })?;
-            }
-            writeln!(f)?;
+            write_row(f, shown)?;
         }
         for (i, (value, (label, unit))) in self.totals.values().zip(Totals::LABELS).enumerate() {
             write!(f, "{}{label} {value}{unit}", if i == 0 { "" } else { ", " })?;
@@ -496,18 +489,28 @@ impl fmt::Display for Stats {
         writeln!(f)?;
         for (row, c) in cpu_stats().enumerate() {
             if row == 0 {
-                for (i, (header, width)) in CpuStats::CPU_COLUMNS.iter().enumerate() {
-                    write!(f, "{}{header:>width$}", if i == 0 { "" } else { " " })?;
-                }
-                writeln!(f)?;
+                write_row(f, CpuStats::CPU_COLUMNS.iter().copied())?;
             }
-            for (i, (value, (_, width))) in c.values().zip(CpuStats::CPU_COLUMNS).enumerate() {
-                write!(f, "{}{value:>width$}", if i == 0 { "" } else { " " })?;
-            }
-            writeln!(f)?;
+            write_row(
+                f,
+                c.values()
+                    .zip(CpuStats::CPU_COLUMNS.iter().map(|&(_, w)| w)),
+            )?;
         }
         Ok(())
     }
+}
+
+/// One line of a text table: each cell right-aligned in its width, one
+/// space apart.
+fn write_row(
+    f: &mut fmt::Formatter<'_>,
+    cells: impl Iterator<Item = (impl fmt::Display, usize)>,
+) -> fmt::Result {
+    for (i, (cell, width)) in cells.enumerate() {
+        write!(f, "{}{cell:>width$}", if i == 0 { "" } else { " " })?;
+    }
+    writeln!(f)
 }
 
 /// `"name":value` pairs, comma-separated.

@@ -378,20 +378,13 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
     ];
     const CPU_COLUMNS: [usize; 4] = [5, 9, 11, 9];
     let mut s = format!("slubmalloc statistics (pid {pid}, read by slubtop)\n");
-    let shown = || COLUMNS.iter().flatten();
-    for (i, (header, width)) in shown().enumerate() {
-        let _ = write!(s, "{}{header:>width$}", if i == 0 { "" } else { " " });
-    }
-    s.push('\n');
+    push_row(&mut s, COLUMNS.iter().flatten().copied());
     for c in snap.caches.iter().filter(|c| Snapshot::class_used(c)) {
         let cells = c
             .iter()
             .zip(COLUMNS)
             .filter_map(|(v, col)| col.map(|(_, w)| (v, w)));
-        for (i, (value, width)) in cells.enumerate() {
-            let _ = write!(s, "{}{value:>width$}", if i == 0 { "" } else { " " });
-        }
-        s.push('\n');
+        push_row(&mut s, cells);
     }
     for (i, (value, (label, unit))) in snap.totals.iter().zip(LABELS).enumerate() {
         let _ = write!(s, "{}{label} {value}{unit}", if i == 0 { "" } else { ", " });
@@ -400,17 +393,20 @@ pub fn text(pid: i32, snap: &Snapshot) -> String {
     for (row, c) in snap.cpus.iter().enumerate() {
         if row == 0 {
             let headers = ["cpu", "objects", "bytes", "capacity"];
-            for (i, (header, width)) in headers.iter().zip(CPU_COLUMNS).enumerate() {
-                let _ = write!(s, "{}{header:>width$}", if i == 0 { "" } else { " " });
-            }
-            s.push('\n');
+            push_row(&mut s, headers.into_iter().zip(CPU_COLUMNS));
         }
-        for (i, (value, width)) in c.iter().zip(CPU_COLUMNS).enumerate() {
-            let _ = write!(s, "{}{value:>width$}", if i == 0 { "" } else { " " });
-        }
-        s.push('\n');
+        push_row(&mut s, c.iter().zip(CPU_COLUMNS));
     }
     s
+}
+
+/// One line of the text report's tables (`stats::write_row`): each cell
+/// right-aligned in its width, one space apart.
+fn push_row(s: &mut String, cells: impl Iterator<Item = (impl std::fmt::Display, usize)>) {
+    for (i, (cell, width)) in cells.enumerate() {
+        let _ = write!(s, "{}{cell:>width$}", if i == 0 { "" } else { " " });
+    }
+    s.push('\n');
 }
 
 /// The Prometheus text format (node_exporter's textfile collector reads
