@@ -567,6 +567,11 @@ fn u64_fields(v: &json::Value, names: &[&str]) -> BTreeMap<String, u64> {
 pub fn parse_json_cpus(text: &str) -> BTreeMap<u64, BTreeMap<String, u64>> {
     let doc =
         json::parse(text).unwrap_or_else(|e| panic!("the JSON report does not parse: {e}\n{text}"));
+    cpus_of(&doc, text)
+}
+
+/// `parse_json_cpus` on the parsed report `doc` (`text`).
+fn cpus_of(doc: &json::Value, text: &str) -> BTreeMap<u64, BTreeMap<String, u64>> {
     let rows = doc["cpus"]
         .as_array()
         .unwrap_or_else(|| panic!("cpus is not an array in {text}"));
@@ -679,7 +684,7 @@ pub fn parse_json_report(
         slab_bytes + totals["medium_bytes"] + totals["large_bytes"],
         "totals.bytes_in_use is the classes' bytes in use plus the medium and large blocks'"
     );
-    let cpus = parse_json_cpus(text);
+    let cpus = cpus_of(&doc, text);
     assert!(
         totals["percpu_mode"] == 1 || cpus.is_empty(),
         "CPU rows in the fallback: {cpus:?}"
