@@ -165,6 +165,9 @@ static TABLE: AtomicPtr<AtomicPtr<Region>> = AtomicPtr::new(ptr::null_mut());
 pub static REGIONS: AtomicPtr<AtomicPtr<Region>> = AtomicPtr::new(ptr::null_mut());
 /// Entries of each (CPU ids below it); named by the anchor.
 pub static BOUND: AtomicUsize = AtomicUsize::new(0);
+/// The CPUs the process may run on when it chose the mode (its affinity
+/// mask's bits): how many threads share each CPU (`sheaf_budget`).
+static CPUS_ALLOWED: AtomicUsize = AtomicUsize::new(1);
 
 /// Taken to map a region and to stop a CPU; its holder may take a node lock
 /// (a drain flushes blocks back to their slabs).
@@ -216,6 +219,11 @@ fn map_table() -> bool {
         unsafe { (*table.add(i)).store(stopped(), Ordering::Relaxed) };
     }
     BOUND.store(bound, Ordering::Relaxed);
+    let allowed: u32 = mask[..(bytes as usize).div_ceil(8)]
+        .iter()
+        .map(|w| w.count_ones())
+        .sum();
+    CPUS_ALLOWED.store(allowed.max(1) as usize, Ordering::Relaxed);
     // SAFETY: the table's entries for CPU 0 on, and the regions after them.
     unsafe {
         TABLE.store(table.add(2), Ordering::Relaxed);
@@ -245,6 +253,13 @@ fn region_of(cpu: usize) -> *mut Region {
     invariant!(cpu < BOUND.load(Ordering::Relaxed));
     // SAFETY: as in `entry`.
     unsafe { &*REGIONS.load(Ordering::Relaxed).add(cpu) }.load(Ordering::Acquire)
+}
+
+/// The CPUs the process may run on (its affinity when the mode was chosen);
+/// 1 outside per-CPU mode.
+pub fn cpus_allowed() -> usize {
+    // Relaxed: written once, before the first heap.
+    CPUS_ALLOWED.load(Ordering::Relaxed)
 }
 
 /// The CPUs whose regions are mapped.

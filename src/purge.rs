@@ -302,14 +302,21 @@ pub fn set_program_threads(alive: u64) {
     PROGRAM_THREADS.store(alive, Ordering::Relaxed);
 }
 
+/// Threads of the program with a heap, alive (as `set_program_threads`
+/// last recorded it).
+#[inline]
+pub fn program_threads() -> u64 {
+    // Relaxed: see `set_program_threads`.
+    PROGRAM_THREADS.load(Ordering::Relaxed)
+}
+
 /// Whether the program has threads besides the caller's: two thread heaps
 /// alive. A thread that never allocated is not counted (its program is
 /// multi-threaded already, and its frees are trimmed at `free` time); the
 /// purger has no heap, so it never counts itself.
 #[inline]
 pub fn program_has_other_threads() -> bool {
-    // Relaxed: see `set_program_threads`.
-    PROGRAM_THREADS.load(Ordering::Relaxed) >= 2
+    program_threads() >= 2
 }
 
 /// Whether a slow path that holds no allocator lock should start the purger:

@@ -94,7 +94,7 @@ pub fn make_room(heap: &Heap, c: &ClassHeap, class: usize) {
 
 /// Moves up to the `n` oldest blocks of `c`'s sheaf (of `class`) onto
 /// this CPU's sheaf of the class (per-CPU mode): how many.
-fn to_cpu(c: &ClassHeap, class: usize, n: u32) -> u32 {
+pub fn to_cpu(c: &ClassHeap, class: usize, n: u32) -> u32 {
     let sheaf = c.sheaf();
     let k = cpu_sheaf::push(class, sheaf.oldest(n), &c.ev);
     if k != 0 {

@@ -20,6 +20,9 @@
 //!   fits, so a class the thread stopped using gives its blocks back
 //!   without a purge; steps of budget no longer used return to the pool.
 //! - A thread's exit, and `thread_idle`, return all of it.
+//! - In per-CPU mode none of the above: a sheaf holds the class's most
+//!   while the program has up to 4 threads per CPU, less beyond
+//!   (`per_cpu_capacity`), set at its overflows.
 //!
 //! All of it runs on the slow paths (`fastpath::free_no_room`, the
 //! allocation slow path's fill from the barn), at warm-up, idle and exit:
@@ -28,9 +31,10 @@
 use crate::counters::Ev;
 use crate::cpu_sheaf;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
-use crate::sheaf::flush_oldest;
+use crate::purge;
+use crate::sheaf::{flush_oldest, to_cpu};
 use crate::sheaf_state::start_capacity;
-use crate::size_class::{CLASS_BYTES, SHEAF_CAP};
+use crate::size_class::{CLASS_BYTES, SHEAF_BYTES, SHEAF_CAP};
 use crate::sync::invariant;
 
 /// Overflows of a thread's sheaves between two scavenges, per class the
@@ -49,6 +53,9 @@ fn bytes(class: usize, blocks: u32) -> usize {
 /// last overflow, and every `SCAVENGE_OVERFLOWS` overflows per class in use
 /// the sheaves the thread stopped using shrink.
 pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
+    if cpu_sheaf::on() {
+        follow_threads(heap, c, class);
+    }
     let tick = heap.sheaf_budget.overflow();
     if c.sheaf().overflowed(tick, c.misses()) {
         grow(heap, class);
@@ -56,6 +63,49 @@ pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
     let window = SCAVENGE_OVERFLOWS * heap.warm_classes().count_ones().max(4);
     if tick.wrapping_sub(heap.sheaf_budget.scavenged_at()) >= window {
         scavenge(heap);
+    }
+}
+
+/// Threads per CPU up to which a thread's sheaf of a class holds its most
+/// (`SHEAF_CAP`) in per-CPU mode.
+const FULL_SHEAF_THREADS_PER_CPU: usize = 4;
+/// The most times a sheaf's bytes halve as the threads per CPU double
+/// beyond that: down to 2 KiB of blocks (two at least).
+const MOST_HALVINGS: u32 = 3;
+
+/// The capacity of a thread's sheaf of `class` in per-CPU mode: the
+/// class's most (`SHEAF_CAP`, 16 KiB at most) while the program has up to
+/// `FULL_SHEAF_THREADS_PER_CPU` threads per CPU, halved for each doubling
+/// beyond (at most `MOST_HALVINGS` times), two blocks at least. The
+/// threads that wait for a CPU hold their sheaves; the CPUs' sheaves are
+/// where the capacity of a program with many more threads than CPUs goes.
+/// Two loads and a compare up to that; two divisions beyond.
+pub fn per_cpu_capacity(class: usize) -> u32 {
+    let threads = purge::program_threads() as usize;
+    let full = FULL_SHEAF_THREADS_PER_CPU * cpu_sheaf::cpus_allowed();
+    if threads <= full {
+        return SHEAF_CAP[class];
+    }
+    // ceil(threads / full) - 1 is (threads - 1) / full, at least 1 here.
+    let halvings = (((threads - 1) / full).ilog2() + 1).min(MOST_HALVINGS);
+    let blocks = (SHEAF_BYTES >> halvings) / CLASS_BYTES[class] as usize;
+    (blocks as u32).max(2).min(SHEAF_CAP[class])
+}
+
+/// Per-CPU mode, `c`'s sheaf of `class` full: its capacity follows the
+/// threads per CPU (`per_cpu_capacity`). Shrunk, the oldest blocks go to
+/// the CPU's sheaf (to their slabs if it has no room) and half the new
+/// capacity stays; grown, the sheaf has room for the free.
+fn follow_threads(heap: &Heap, c: &ClassHeap, class: usize) {
+    let want = per_cpu_capacity(class);
+    let sheaf = c.sheaf();
+    let cap = sheaf.cap();
+    invariant!(sheaf.len() == cap);
+    if want > cap {
+        resize(heap, class, want);
+    } else if want < cap {
+        to_cpu(c, class, cap - want / 2);
+        shrink(heap, class, want);
     }
 }
 
@@ -71,8 +121,8 @@ pub fn refilled_whole(heap: &Heap, class: usize) {
 /// (taking budget from the pool as needed). A thread at its budget grows
 /// no further until the scavenger frees capacity of its idle classes.
 fn grow(heap: &Heap, class: usize) {
-    // Per-CPU mode: the threads' sheaves keep their start capacities
-    // (`sheaf_state::start_capacity`); capacity grows per CPU (`cpu_sheaf`).
+    // Per-CPU mode: the threads' sheaves follow the threads per CPU
+    // (`per_cpu_capacity`); capacity grows per CPU (`cpu_sheaf`).
     if cpu_sheaf::on() {
         return;
     }

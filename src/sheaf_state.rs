@@ -249,10 +249,11 @@ impl<'a> Sheaf<'a> {
     }
 }
 
-/// The capacity a class's sheaf opens with (and keeps in per-CPU mode,
-/// where it never grows: `sheaf_budget`): `SHEAF_START`, or in per-CPU mode
-/// the class's most, `SHEAF_CAP` (32 blocks, 16 KiB at most), so that its
-/// overflow moves batches to its CPU's sheaf, not single blocks.
+/// The capacity a class's sheaf opens with: `SHEAF_START`, or in per-CPU
+/// mode the class's most, `SHEAF_CAP` (32 blocks, 16 KiB at most), so that
+/// its overflow moves batches to its CPU's sheaf, not single blocks; there
+/// it never grows by demand, and follows the threads per CPU from its
+/// first overflow (`sheaf_budget::per_cpu_capacity`).
 pub fn start_capacity(class: usize) -> u32 {
     if rseq::on() {
         SHEAF_CAP[class]

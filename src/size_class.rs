@@ -156,7 +156,7 @@ pub const ZERO_CLASS: usize = NUM_CLASSES + 1;
 pub const SHEAF_MAX: usize = 32;
 /// The bytes a class's sheaf may hold: `SHEAF_MAX` blocks up to 341
 /// bytes, fewer above, one from 16 KiB up (see `SHEAF_CAP`).
-const SHEAF_BYTES: usize = 16 << 10;
+pub const SHEAF_BYTES: usize = 16 << 10;
 
 /// Per class, the most blocks its sheaf holds (`sheaf_budget`).
 pub static SHEAF_CAP: [u32; NUM_CLASSES] = sheaf_caps();

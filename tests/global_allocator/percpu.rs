@@ -39,6 +39,15 @@ fn with_percpu_and(env: &[(&str, &str)]) -> Option<()> {
     Some(())
 }
 
+/// Allocates `n` blocks of `size` bytes, then frees them.
+fn batch(size: usize, n: usize) {
+    drop(
+        (0..n)
+            .map(|_| Vec::<u8>::with_capacity(size))
+            .collect::<Vec<_>>(),
+    )
+}
+
 fn class_of(size: usize) -> slubmalloc::CacheStats {
     *slubmalloc::stats().cache_for_size(size).unwrap()
 }
@@ -83,13 +92,7 @@ fn a_batch_past_the_thread_sheaf_waits_on_the_cpu_sheaf() {
         return;
     };
     const SIZE: usize = 250;
-    let round = || {
-        drop(
-            (0..400)
-                .map(|_| Vec::<u8>::with_capacity(SIZE))
-                .collect::<Vec<_>>(),
-        )
-    };
+    let round = || batch(SIZE, 400);
     for _ in 0..8 {
         round();
     }
@@ -113,6 +116,50 @@ fn a_batch_past_the_thread_sheaf_waits_on_the_cpu_sheaf() {
     let c = class_of(SIZE);
     assert_eq!((c.cpu_objects, c.cpu_capacity), (0, 0), "{c:?}");
     assert!(slubmalloc::stats().totals.cpu_drains > drains);
+    assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");
+}
+
+/// A thread's sheaf follows the threads per CPU (`sheaf_budget::per_cpu_capacity`):
+/// with more than 16 threads per CPU alive (four times the 4 per CPU up to
+/// which a sheaf keeps its most) a thread's sheaf of 256-byte blocks, 32 on
+/// its own, shrinks at its next overflow to 2 KiB (8 blocks); once those
+/// threads are gone it grows back at the next overflow.
+#[test]
+fn a_threads_sheaf_shrinks_with_many_threads_per_cpu_and_grows_back() {
+    let Some(()) = with_percpu() else {
+        return;
+    };
+    const SIZE: usize = 250;
+    let round = || batch(SIZE, 200);
+    round();
+    assert_eq!(class_of(SIZE).sheaf_capacity, 32, "the sheaf's most");
+    // Threads with a heap (a small block each), parked until released.
+    let parked = 5 * 4 * allowed_cpus().len();
+    let release = Arc::new(std::sync::Barrier::new(parked + 1));
+    let started = Arc::new(std::sync::Barrier::new(parked + 1));
+    let threads: Vec<_> = (0..parked)
+        .map(|_| {
+            let (release, started) = (release.clone(), started.clone());
+            thread::spawn(move || {
+                let held = std::hint::black_box(Box::new(0u64));
+                started.wait();
+                release.wait();
+                drop(held);
+            })
+        })
+        .collect();
+    started.wait();
+    round();
+    let c = class_of(SIZE);
+    assert_eq!(c.sheaf_capacity, 8, "{parked} threads parked: {c:?}");
+    assert!(c.sheaf_objects <= 8, "{c:?}");
+    assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");
+    release.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    round();
+    assert_eq!(class_of(SIZE).sheaf_capacity, 32, "the threads are gone");
     assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");
 }
 
