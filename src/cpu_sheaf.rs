@@ -61,6 +61,7 @@ use core::ptr;
 
 use crate::counters::{global, Counters, Ev};
 use crate::os;
+use crate::purge;
 use crate::rseq;
 use crate::sheaf_state::POOL_BYTES;
 use crate::size_class::{class_sizes, NUM_CLASSES, SHEAF_MAX};
@@ -260,6 +261,31 @@ fn region_of(cpu: usize) -> *mut Region {
 pub fn cpus_allowed() -> usize {
     // Relaxed: written once, before the first heap.
     CPUS_ALLOWED.load(Ordering::Relaxed)
+}
+
+/// Threads per CPU up to which a program is not crowded (`crowding`).
+const UNCROWDED_THREADS_PER_CPU: usize = 4;
+
+/// How crowded the program's CPUs are: 0 outside per-CPU mode and while
+/// the program has up to `UNCROWDED_THREADS_PER_CPU` threads with a heap
+/// alive per CPU it may run on; beyond, 1 + log2 of how many times more
+/// (1 up to twice as many, 2 up to four times...). A crowded program's
+/// threads keep smaller sheaves (`sheaf_budget::per_cpu_capacity`) and no
+/// partial slabs (`release::keep_partial`): most of them wait for a CPU,
+/// and what they hold serves nobody meanwhile. Three loads and a compare
+/// uncrowded; a division beyond.
+pub fn crowding() -> u32 {
+    if !on() {
+        return 0;
+    }
+    let threads = purge::program_threads() as usize;
+    let uncrowded = UNCROWDED_THREADS_PER_CPU * cpus_allowed();
+    if threads <= uncrowded {
+        return 0;
+    }
+    // ceil(threads / uncrowded) - 1 is (threads - 1) / uncrowded, at
+    // least 1 here.
+    ((threads - 1) / uncrowded).ilog2() + 1
 }
 
 /// The CPUs whose regions are mapped.

@@ -7,6 +7,7 @@
 use core::ptr;
 
 use crate::counters::Ev;
+use crate::cpu_sheaf;
 use crate::freelist;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
 use crate::list::End;
@@ -16,12 +17,28 @@ use crate::slab::{RemoteFrees, Slab, CLOSED};
 use crate::sync::{invariant, Ordering};
 
 /// A slab that was FULL and is ours again joins the partial list, unless its
-/// objects were all freed meanwhile (by us, its owner): then it leaves now.
+/// objects were all freed meanwhile (by us, its owner): then it leaves now;
+/// in a crowded program the list goes on to the node (`unless_crowded`).
 pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
     if slab.inuse.get() == 0 {
         return release_empty(heap, class, slab);
     }
     heap.classes[class].push_partial(slab, End::Tail);
+    unless_crowded(heap, class);
+}
+
+/// A crowded program's threads keep no partial slabs (SLUB with no
+/// `cpu_partial`): most of them wait for a CPU, and the blocks their slabs
+/// get back would wait with them, while the running threads take new
+/// slabs; on the node list every thread finds them. So when a slab comes
+/// back to its owner (`keep_partial`: handed back by another thread's free,
+/// or claimed from FULL by the owner's), the class's partial list goes to
+/// the node list. (The slabs a refill gathers from the node and those a
+/// run of frees adopts stay until then.)
+fn unless_crowded(heap: &Heap, class: usize) {
+    if cpu_sheaf::crowding() != 0 {
+        bound_partials(heap, class, 0);
+    }
 }
 
 /// Hands partial slabs to the node list, oldest first (they have gathered the

@@ -22,7 +22,7 @@
 //! - A thread's exit, and `thread_idle`, return all of it.
 //! - In per-CPU mode none of the above: a sheaf holds the class's most
 //!   while the program has up to 4 threads per CPU, less beyond
-//!   (`per_cpu_capacity`), set at its overflows.
+//!   (`per_cpu_capacity`, by `cpu_sheaf::crowding`), set at its overflows.
 //!
 //! All of it runs on the slow paths (`fastpath::free_no_room`, the
 //! allocation slow path's fill from the barn), at warm-up, idle and exit:
@@ -31,7 +31,6 @@
 use crate::counters::Ev;
 use crate::cpu_sheaf;
 use crate::heap::{ClassHeap, Heap, ThreadGoes};
-use crate::purge;
 use crate::sheaf::{flush_oldest, to_cpu};
 use crate::sheaf_state::start_capacity;
 use crate::size_class::{CLASS_BYTES, SHEAF_BYTES, SHEAF_CAP};
@@ -66,28 +65,23 @@ pub fn overflowed(heap: &Heap, c: &ClassHeap, class: usize) {
     }
 }
 
-/// Threads per CPU up to which a thread's sheaf of a class holds its most
-/// (`SHEAF_CAP`) in per-CPU mode.
-const FULL_SHEAF_THREADS_PER_CPU: usize = 4;
-/// The most times a sheaf's bytes halve as the threads per CPU double
-/// beyond that: down to 2 KiB of blocks (two at least).
+/// The most times a sheaf's bytes halve as the threads per CPU double:
+/// down to 2 KiB of blocks (two at least).
 const MOST_HALVINGS: u32 = 3;
 
 /// The capacity of a thread's sheaf of `class` in per-CPU mode: the
-/// class's most (`SHEAF_CAP`, 16 KiB at most) while the program has up to
-/// `FULL_SHEAF_THREADS_PER_CPU` threads per CPU, halved for each doubling
-/// beyond (at most `MOST_HALVINGS` times), two blocks at least. The
-/// threads that wait for a CPU hold their sheaves; the CPUs' sheaves are
-/// where the capacity of a program with many more threads than CPUs goes.
-/// Two loads and a compare up to that; two divisions beyond.
+/// class's most (`SHEAF_CAP`, 16 KiB at most) while the program is not
+/// crowded (`cpu_sheaf::crowding`: up to 4 threads per CPU), halved for
+/// each doubling of the threads per CPU beyond (at most `MOST_HALVINGS`
+/// times), two blocks at least. The threads that wait for a CPU hold their
+/// sheaves; the CPUs' sheaves are where the capacity of a program with
+/// many more threads than CPUs goes. Two loads and a compare uncrowded;
+/// two divisions beyond.
 pub fn per_cpu_capacity(class: usize) -> u32 {
-    let threads = purge::program_threads() as usize;
-    let full = FULL_SHEAF_THREADS_PER_CPU * cpu_sheaf::cpus_allowed();
-    if threads <= full {
+    let halvings = cpu_sheaf::crowding().min(MOST_HALVINGS);
+    if halvings == 0 {
         return SHEAF_CAP[class];
     }
-    // ceil(threads / full) - 1 is (threads - 1) / full, at least 1 here.
-    let halvings = (((threads - 1) / full).ilog2() + 1).min(MOST_HALVINGS);
     let blocks = (SHEAF_BYTES >> halvings) / CLASS_BYTES[class] as usize;
     (blocks as u32).max(2).min(SHEAF_CAP[class])
 }

@@ -57,6 +57,52 @@ fn debug_mode() -> bool {
     std::env::var_os("SLUBMALLOC_DEBUG").is_some_and(|v| v == "1")
 }
 
+/// Threads with a heap (a small block each), `per_cpu` per CPU the process
+/// may run on, parked until dropped: a crowded program
+/// (`cpu_sheaf::crowding` counts 4 per CPU as not crowded).
+struct Crowd {
+    release: std::sync::Arc<std::sync::Barrier>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Crowd {
+    fn of(per_cpu: usize) -> Crowd {
+        // SAFETY: a zeroed cpu_set_t is an empty set, which the kernel fills.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid set of its size.
+        let r = unsafe { libc::sched_getaffinity(0, size_of_val(&set), &mut set) };
+        assert_eq!(r, 0, "sched_getaffinity");
+        // SAFETY: as above.
+        let n = per_cpu * unsafe { libc::CPU_COUNT(&set) } as usize;
+        let release = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+        let started = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+        let threads = (0..n)
+            .map(|_| {
+                let (release, started) = (release.clone(), started.clone());
+                std::thread::spawn(move || {
+                    let held = std::hint::black_box(Box::new(0u64));
+                    started.wait();
+                    release.wait();
+                    drop(held);
+                })
+            })
+            .collect();
+        started.wait();
+        Crowd { release, threads }
+    }
+
+    fn len(&self) -> usize {
+        self.threads.len()
+    }
+}
+
+impl Drop for Crowd {
+    fn drop(&mut self) {
+        self.release.wait();
+        self.threads.drain(..).for_each(|t| t.join().unwrap());
+    }
+}
+
 /// Called first by every test. In the process the harness started, it runs
 /// the calling test again, alone, in a new process of this binary
 /// (`--exact NAME`), fails if that fails, and returns None: the caller

@@ -133,31 +133,13 @@ fn a_threads_sheaf_shrinks_with_many_threads_per_cpu_and_grows_back() {
     let round = || batch(SIZE, 200);
     round();
     assert_eq!(class_of(SIZE).sheaf_capacity, 32, "the sheaf's most");
-    // Threads with a heap (a small block each), parked until released.
-    let parked = 5 * 4 * allowed_cpus().len();
-    let release = Arc::new(std::sync::Barrier::new(parked + 1));
-    let started = Arc::new(std::sync::Barrier::new(parked + 1));
-    let threads: Vec<_> = (0..parked)
-        .map(|_| {
-            let (release, started) = (release.clone(), started.clone());
-            thread::spawn(move || {
-                let held = std::hint::black_box(Box::new(0u64));
-                started.wait();
-                release.wait();
-                drop(held);
-            })
-        })
-        .collect();
-    started.wait();
+    let crowd = crate::Crowd::of(5 * 4);
     round();
     let c = class_of(SIZE);
-    assert_eq!(c.sheaf_capacity, 8, "{parked} threads parked: {c:?}");
+    assert_eq!(c.sheaf_capacity, 8, "{} threads parked: {c:?}", crowd.len());
     assert!(c.sheaf_objects <= 8, "{c:?}");
     assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");
-    release.wait();
-    for t in threads {
-        t.join().unwrap();
-    }
+    drop(crowd);
     round();
     assert_eq!(class_of(SIZE).sheaf_capacity, 32, "the threads are gone");
     assert_eq!(slubmalloc::check_stats(), 0, "the walk disagrees");

@@ -35,6 +35,44 @@ fn a_threads_partial_slabs_stay_within_the_bound_and_the_surplus_serves_another_
     let Some(_fresh) = crate::fresh_process() else {
         return;
     };
+    let c = filler_refills_with_slabs_handed_back();
+    assert!(
+        c.thread_partial_slabs * FREED_PER_SLAB as u64 <= BOUND,
+        "the filler kept {} partial slabs of {FREED_PER_SLAB} free blocks: {c:?}",
+        c.thread_partial_slabs
+    );
+}
+
+/// As above in a crowded program (per-CPU mode, more than 4 threads with a
+/// heap per CPU: `cpu_sheaf::crowding`), whose threads keep no partial
+/// slabs: the slabs handed back to the filler go on to the node list as
+/// its refill takes them (`release::unless_crowded`).
+#[test]
+fn a_crowded_programs_thread_keeps_no_partial_slab() {
+    if crate::debug_mode() {
+        return;
+    }
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    if slubmalloc::stats().totals.percpu_mode == 0 {
+        return;
+    }
+    let crowd = crate::Crowd::of(2 * 4);
+    let c = filler_refills_with_slabs_handed_back();
+    assert_eq!(
+        c.thread_partial_slabs,
+        0,
+        "{} threads parked: {c:?}",
+        crowd.len()
+    );
+    drop(crowd);
+}
+
+/// The two tests' shape: the statistics of the class once the filler took
+/// the slabs handed back to it; then checks that another thread allocates
+/// the node's free blocks without a new slab.
+fn filler_refills_with_slabs_handed_back() -> slubmalloc::CacheStats {
     let slabs = 40;
     let blocks = slabs * PER_SLAB;
     let (to_main, from_filler) = channel::<Vec<Box<[u8]>>>();
@@ -68,11 +106,6 @@ fn a_threads_partial_slabs_stay_within_the_bound_and_the_surplus_serves_another_
     let s = quiet_stats();
     let c = class(&s);
     assert_eq!(c.returned_slabs, 0, "{c:?}");
-    assert!(
-        c.thread_partial_slabs * FREED_PER_SLAB as u64 <= BOUND,
-        "the filler kept {} partial slabs of {FREED_PER_SLAB} free blocks: {c:?}",
-        c.thread_partial_slabs
-    );
     assert!(c.node_partial_slabs >= 20, "{c:?}");
     // Another thread allocates the listed slabs' free blocks: no new slab.
     let listed_free = c.partial_free_objects as usize;
@@ -88,6 +121,7 @@ fn a_threads_partial_slabs_stay_within_the_bound_and_the_surplus_serves_another_
     drop((filled, more, taken));
     to_filler.send(()).unwrap();
     filler.join().unwrap();
+    c
 }
 
 /// A class whose slabs another thread frees into while their owner does
