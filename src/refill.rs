@@ -21,6 +21,7 @@ use crate::purge::give_back::{self, CountedIn};
 use crate::purge::pass::PurgeBy;
 use crate::release::{
     bound_partials, keep_partial, partial_bound, retire_active_if_empty, sweep_if_due,
+    unless_crowded,
 };
 use crate::segment;
 use crate::shared;
@@ -178,6 +179,7 @@ fn refill(heap: &Heap, class: usize) -> bool {
                 c.active.set(p);
                 c.ev.inc(Ev::RefillPartial);
                 taken = true;
+                unless_crowded(heap, class);
                 continue;
             }
             if !a.try_make_full(owner_tag(heap)) {

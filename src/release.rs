@@ -32,10 +32,11 @@ pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
 /// get back would wait with them, while the running threads take new
 /// slabs; on the node list every thread finds them. So when a slab comes
 /// back to its owner (`keep_partial`: handed back by another thread's free,
-/// or claimed from FULL by the owner's), the class's partial list goes to
-/// the node list. (The slabs a refill gathers from the node and those a
-/// run of frees adopts stay until then.)
-fn unless_crowded(heap: &Heap, class: usize) {
+/// or claimed from FULL by the owner's) and when the active slab runs out
+/// (`refill`'s trade with a partial slab), the class's partial list goes to
+/// the node list. (The slabs a refill gathers from the node, and one a run
+/// of frees adopts, stay until then.)
+pub fn unless_crowded(heap: &Heap, class: usize) {
     if cpu_sheaf::crowding() != 0 {
         bound_partials(heap, class, 0);
     }

@@ -35,7 +35,7 @@ fn a_threads_partial_slabs_stay_within_the_bound_and_the_surplus_serves_another_
     let Some(_fresh) = crate::fresh_process() else {
         return;
     };
-    let c = filler_refills_with_slabs_handed_back();
+    let c = filler_refills_with_slabs_handed_back(|| ());
     assert!(
         c.thread_partial_slabs * FREED_PER_SLAB as u64 <= BOUND,
         "the filler kept {} partial slabs of {FREED_PER_SLAB} free blocks: {c:?}",
@@ -59,7 +59,7 @@ fn a_crowded_programs_thread_keeps_no_partial_slab() {
         return;
     }
     let crowd = crate::Crowd::of(2 * 4);
-    let c = filler_refills_with_slabs_handed_back();
+    let c = filler_refills_with_slabs_handed_back(|| ());
     assert_eq!(
         c.thread_partial_slabs,
         0,
@@ -69,10 +69,46 @@ fn a_crowded_programs_thread_keeps_no_partial_slab() {
     drop(crowd);
 }
 
-/// The two tests' shape: the statistics of the class once the filler took
-/// the slabs handed back to it; then checks that another thread allocates
-/// the node's free blocks without a new slab.
-fn filler_refills_with_slabs_handed_back() -> slubmalloc::CacheStats {
+/// A thread's partial slabs from before its program became crowded go to
+/// the node list when its active slab next runs out (the refill's trade,
+/// `release::unless_crowded`): the filler of the bound's test, once
+/// crowded, allocates two slabs' worth and keeps no partial slab.
+#[test]
+fn a_thread_that_becomes_crowded_hands_its_partial_slabs_on() {
+    if crate::debug_mode() {
+        return;
+    }
+    let Some(_fresh) = crate::fresh_process() else {
+        return;
+    };
+    if slubmalloc::stats().totals.percpu_mode == 0 {
+        return;
+    }
+    filler_refills_with_slabs_handed_back(|| {
+        let before = class(&quiet_stats());
+        assert!(before.thread_partial_slabs >= 4, "{before:?}");
+        let crowd = crate::Crowd::of(2 * 4);
+        let more: Vec<Box<[u8]>> = (0..2 * PER_SLAB)
+            .map(|i| vec![i as u8; SIZE].into_boxed_slice())
+            .collect();
+        let c = class(&quiet_stats());
+        assert_eq!(
+            c.thread_partial_slabs,
+            0,
+            "{} threads parked: {c:?}",
+            crowd.len()
+        );
+        drop((more, crowd));
+    });
+}
+
+/// The tests' shape: the statistics of the class once the filler took the
+/// slabs handed back to it; then checks that another thread allocates the
+/// node's free blocks without a new slab, and the filler runs `then` before
+/// it exits.
+fn filler_refills_with_slabs_handed_back(
+    then: impl FnOnce() + Send + 'static,
+) -> slubmalloc::CacheStats {
     let slabs = 40;
     let blocks = slabs * PER_SLAB;
     let (to_main, from_filler) = channel::<Vec<Box<[u8]>>>();
@@ -90,6 +126,7 @@ fn filler_refills_with_slabs_handed_back() -> slubmalloc::CacheStats {
             .collect();
         to_main.send(more).unwrap();
         from_main.recv().unwrap();
+        then();
     });
     let mut filled = from_filler.recv().unwrap();
     let freed: Vec<Box<[u8]>> = (0..filled.len())
