@@ -167,7 +167,7 @@ pub static REGIONS: AtomicPtr<AtomicPtr<Region>> = AtomicPtr::new(ptr::null_mut(
 /// Entries of each (CPU ids below it); named by the anchor.
 pub static BOUND: AtomicUsize = AtomicUsize::new(0);
 /// The CPUs the process may run on when it chose the mode (its affinity
-/// mask's bits): how many threads share each CPU (`sheaf_budget`).
+/// mask's bits): how many threads share each CPU (`crowding`).
 static CPUS_ALLOWED: AtomicUsize = AtomicUsize::new(1);
 
 /// Taken to map a region and to stop a CPU; its holder may take a node lock
@@ -271,7 +271,7 @@ const UNCROWDED_THREADS_PER_CPU: usize = 4;
 /// alive per CPU it may run on; beyond, 1 + log2 of how many times more
 /// (1 up to twice as many, 2 up to four times...). A crowded program's
 /// threads keep smaller sheaves (`sheaf_budget::per_cpu_capacity`) and no
-/// partial slabs (`release::keep_partial`): most of them wait for a CPU,
+/// partial slabs (`release::unless_crowded`): most of them wait for a CPU,
 /// and what they hold serves nobody meanwhile. Three loads and a compare
 /// uncrowded; a division beyond.
 pub fn crowding() -> u32 {

@@ -36,6 +36,7 @@ pub fn keep_partial(heap: &Heap, class: usize, slab: &Slab) {
 /// (`refill`'s trade with a partial slab), the class's partial list goes to
 /// the node list. (The slabs a refill gathers from the node, and one a run
 /// of frees adopts, stay until then.)
+///
 /// Inlined, the test alone (three loads and a compare uncrowded): the
 /// refill's loop keeps its shape (`msgpass`, which trades a slab at most
 /// refills, took 1.46x the CPU time with the whole of it inlined there).

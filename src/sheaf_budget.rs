@@ -75,8 +75,8 @@ const MOST_HALVINGS: u32 = 3;
 /// each doubling of the threads per CPU beyond (at most `MOST_HALVINGS`
 /// times), two blocks at least. The threads that wait for a CPU hold their
 /// sheaves; the CPUs' sheaves are where the capacity of a program with
-/// many more threads than CPUs goes. Two loads and a compare uncrowded;
-/// two divisions beyond.
+/// many more threads than CPUs goes. `crowding`'s loads and compare
+/// uncrowded; two divisions beyond.
 pub fn per_cpu_capacity(class: usize) -> u32 {
     let halvings = cpu_sheaf::crowding().min(MOST_HALVINGS);
     if halvings == 0 {
