@@ -77,7 +77,7 @@ const MOST_HALVINGS: u32 = 3;
 /// sheaves; the CPUs' sheaves are where the capacity of a program with
 /// many more threads than CPUs goes. `crowding`'s loads and compare
 /// uncrowded; two divisions beyond.
-pub fn per_cpu_capacity(class: usize) -> u32 {
+fn per_cpu_capacity(class: usize) -> u32 {
     let halvings = cpu_sheaf::crowding().min(MOST_HALVINGS);
     if halvings == 0 {
         return SHEAF_CAP[class];

@@ -19,8 +19,9 @@ fn percpu_expected() -> bool {
 }
 
 /// A fresh process that goes on (`Some`) in per-CPU mode; in the fallback
-/// it checks that the fallback is what runs, and goes no further.
-fn with_percpu() -> Option<()> {
+/// it checks that the fallback is what runs, and goes no further (nor in
+/// debug mode). The crowded programs' tests (`thread_holdings`) start so too.
+pub fn with_percpu() -> Option<()> {
     with_percpu_and(&[])
 }
 

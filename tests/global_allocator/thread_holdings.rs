@@ -35,7 +35,7 @@ fn a_threads_partial_slabs_stay_within_the_bound_and_the_surplus_serves_another_
     let Some(_fresh) = crate::fresh_process() else {
         return;
     };
-    let c = filler_refills_with_slabs_handed_back(|| ());
+    let c = filler_refills_with_slabs_handed_back(4 * FREED_PER_SLAB, || ());
     assert!(
         c.thread_partial_slabs * FREED_PER_SLAB as u64 <= BOUND,
         "the filler kept {} partial slabs of {FREED_PER_SLAB} free blocks: {c:?}",
@@ -46,20 +46,17 @@ fn a_threads_partial_slabs_stay_within_the_bound_and_the_surplus_serves_another_
 /// As above in a crowded program (per-CPU mode, more than 4 threads with a
 /// heap per CPU: `cpu_sheaf::crowding`), whose threads keep no partial
 /// slabs: the slabs handed back to the filler go on to the node list as
-/// its refill takes them (`release::unless_crowded`).
+/// its refill takes them (`keep_partial`'s `release::unless_crowded`). The
+/// filler allocates its active slab's 8 remote frees and one more, the
+/// refill that takes them, and no further: a later trade of its active slab
+/// would send the list on too.
 #[test]
 fn a_crowded_programs_thread_keeps_no_partial_slab() {
-    if crate::debug_mode() {
-        return;
-    }
-    let Some(_fresh) = crate::fresh_process() else {
+    let Some(()) = crate::percpu::with_percpu() else {
         return;
     };
-    if slubmalloc::stats().totals.percpu_mode == 0 {
-        return;
-    }
     let crowd = crate::Crowd::of(2 * 4);
-    let c = filler_refills_with_slabs_handed_back(|| ());
+    let c = filler_refills_with_slabs_handed_back(FREED_PER_SLAB + 1, || ());
     assert_eq!(
         c.thread_partial_slabs,
         0,
@@ -75,16 +72,10 @@ fn a_crowded_programs_thread_keeps_no_partial_slab() {
 /// crowded, allocates two slabs' worth and keeps no partial slab.
 #[test]
 fn a_thread_that_becomes_crowded_hands_its_partial_slabs_on() {
-    if crate::debug_mode() {
-        return;
-    }
-    let Some(_fresh) = crate::fresh_process() else {
+    let Some(()) = crate::percpu::with_percpu() else {
         return;
     };
-    if slubmalloc::stats().totals.percpu_mode == 0 {
-        return;
-    }
-    filler_refills_with_slabs_handed_back(|| {
+    filler_refills_with_slabs_handed_back(4 * FREED_PER_SLAB, || {
         let before = class(&quiet_stats());
         assert!(before.thread_partial_slabs >= 4, "{before:?}");
         let crowd = crate::Crowd::of(2 * 4);
@@ -103,10 +94,11 @@ fn a_thread_that_becomes_crowded_hands_its_partial_slabs_on() {
 }
 
 /// The tests' shape: the statistics of the class once the filler took the
-/// slabs handed back to it; then checks that another thread allocates the
-/// node's free blocks without a new slab, and the filler runs `then` before
-/// it exits.
+/// slabs handed back to it (and allocated `more_blocks` blocks); then
+/// checks that another thread allocates the node's free blocks without a
+/// new slab, and the filler runs `then` before it exits.
 fn filler_refills_with_slabs_handed_back(
+    more_blocks: usize,
     then: impl FnOnce() + Send + 'static,
 ) -> slubmalloc::CacheStats {
     let slabs = 40;
@@ -121,7 +113,7 @@ fn filler_refills_with_slabs_handed_back(
         from_main.recv().unwrap();
         // Past the active slab's remote frees: the refill takes the slabs
         // handed back.
-        let more: Vec<Box<[u8]>> = (0..4 * FREED_PER_SLAB)
+        let more: Vec<Box<[u8]>> = (0..more_blocks)
             .map(|i| vec![i as u8; SIZE].into_boxed_slice())
             .collect();
         to_main.send(more).unwrap();
